@@ -1,0 +1,65 @@
+# mlinfra course: set-up and targets. `make book` and `make test` are all a newcomer needs.
+#
+#   make book     create .venv, install, execute every notebook, build _build/html
+#   make test     the whole suite: lint, unit tests, nbval on every notebook, lab validation,
+#                 the book build and the browser test (what CI runs, via .ci/run)
+#   make lab      JupyterLab on the repository
+#   make lock     regenerate requirements.lock from the current CPU environment
+#   make bench-attention | bench-tracking | bench-staleness    benchmarks (JSON results)
+
+PYTHON   ?= python3
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+STAMP    := $(VENV)/.installed
+# The CPU wheel of torch lies on the course machines' disk; an unpinned torch would pull a
+# multi-GB CUDA build. Where a GPU is present, requirements.txt's range picks a CUDA build.
+TORCH_CPU_PIN ?= torch==2.13.0
+HAS_GPU  := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+PYTEST   := $(BIN)/python -m pytest
+export MPLBACKEND := Agg
+export PYTHONHASHSEED := 0
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+.PHONY: setup book test unit notebooks validate browser lint lab lock clean \
+        bench-attention bench-tracking bench-staleness
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+ifeq ($(HAS_GPU),)
+	$(BIN)/python -m pip install -q "$(TORCH_CPU_PIN)"
+endif
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (mlinfra)" >/dev/null
+	touch $@
+
+book: setup
+	$(BIN)/jupyter-book build . -W --keep-going
+	@echo
+	@echo "The book is built: open file://$(CURDIR)/_build/html/index.html"
+
+lint: setup
+	$(BIN)/ruff check mlinfra_lab tests
+
+unit: setup
+	$(PYTEST) -m "not notebooks and not browser" tests
+
+notebooks: setup
+	$(PYTEST) --nbval-lax --nbval-cell-timeout=900 book labs
+
+validate: setup
+	$(BIN)/mlinfra-lab validate labs
+
+browser: setup
+	$(PYTEST) -m browser tests
+
+test: setup lint unit notebooks validate book browser
+
+lab: setup
+	$(BIN)/jupyter lab
+
+clean:
+	rm -rf _build .pytest_cache

@@ -1,0 +1,19 @@
+"""mlinfra_lab: the executable companion of the mlinfra course on ML training infrastructure.
+
+The package reads like the syllabus; each sub-package is one chapter and is imported on
+demand (nothing heavy happens when you ``import mlinfra_lab``):
+
+- ``mlinfra_lab.runtime``    where am I running: device, versions, problem sizes, Triton mode
+- ``mlinfra_lab.attention``  1. fused attention on Tensor Cores (Triton FlashAttention)
+- ``mlinfra_lab.scaling``    2. debugging poor multi-GPU scaling (profiler harness, cost model)
+- ``mlinfra_lab.ci``         3. CI for ML training code (seeding, tolerances, flaky tests)
+- ``mlinfra_lab.tracking``   4. an experiment-tracking backend (metadata, artifacts, lineage)
+- ``mlinfra_lab.staleness``  5. staleness in asynchronous training (parameter-server simulator)
+- ``mlinfra_lab.grading``    release, grade and validate the lab notebooks
+- ``mlinfra_lab.cli``        the ``mlinfra-lab`` command
+"""
+
+from mlinfra_lab import runtime
+
+__all__ = ["runtime", "__version__"]
+__version__ = "0.1.0"

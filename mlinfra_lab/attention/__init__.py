@@ -1,0 +1,3 @@
+"""Chapter package `mlinfra_lab.attention` (in progress)."""
+
+__all__: list[str] = []

@@ -1,0 +1,181 @@
+"""Where am I running? Device detection, problem-size presets and the Triton interpreter switch.
+
+Contract: every notebook and command asks this module which device to use and how big a
+problem to run, so that the same code runs a few seconds on a laptop CPU and at full size
+on a GPU.
+
+Design decisions:
+- The GPU is the real path, the CPU a first-class one: `sizes(topic)` returns a preset for
+  the device found, small enough on the CPU that a chapter executes in minutes.
+- Triton kernels run on the CPU under the Triton interpreter, which must be switched on
+  *before* `triton` is imported. `ensure_triton_mode()` does that once, respects a value
+  the user set themselves, and raises `TritonAlreadyImportedError` when it is too late to
+  switch, instead of letting a kernel launch fail later with an obscure CUDA error.
+- Nothing happens at import time: `torch` is imported inside the functions that need it,
+  so `mlinfra-lab --help` and the grading tools start quickly.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = [
+    "RuntimeInfo",
+    "TritonAlreadyImportedError",
+    "UnknownTopicError",
+    "describe",
+    "device",
+    "ensure_triton_mode",
+    "on_gpu",
+    "sizes",
+    "triton_interpreted",
+]
+
+TRITON_INTERPRET = "TRITON_INTERPRET"
+
+# Problem-size presets per topic. Each chapter owns its entry: the CPU column keeps the
+# notebook under a few minutes on 2 cores (the Triton interpreter runs kernels in numpy),
+# the GPU column is sized for an H100/H200-class device.
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "attention": {
+        "cpu": {"batch": 1, "heads": 2, "seq": 128, "head_dim": 32, "dtype": "float32"},
+        "gpu": {"batch": 4, "heads": 16, "seq": 4096, "head_dim": 128, "dtype": "bfloat16"},
+    },
+    "scaling": {
+        "cpu": {"world_sizes": [1, 2], "steps": 8, "hidden": 256, "batch": 32},
+        "gpu": {"world_sizes": [1], "steps": 30, "hidden": 4096, "batch": 64},
+    },
+    "ci": {
+        "cpu": {"steps": 20, "examples": 100, "runs": 5},
+        "gpu": {"steps": 20, "examples": 100, "runs": 5},
+    },
+    "tracking": {
+        "cpu": {"runs": 200, "metrics": 5, "steps": 50},
+        "gpu": {"runs": 200, "metrics": 5, "steps": 50},
+    },
+    "staleness": {
+        "cpu": {"workers": 8, "updates": 2000},
+        "gpu": {"workers": 8, "updates": 2000},
+    },
+}
+
+
+class UnknownTopicError(KeyError):
+    """Raised by `sizes()` for a topic that has no preset."""
+
+
+class TritonAlreadyImportedError(RuntimeError):
+    """Raised when the interpreter is needed but `triton` was imported before the switch."""
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """What `describe()` reports: enough to say where a number came from."""
+
+    device: str  # "cuda" or "cpu"
+    device_name: str  # e.g. "NVIDIA H200" or the CPU's platform string
+    capability: str | None  # CUDA compute capability "9.0", None on the CPU
+    torch: str
+    triton: str | None  # None when triton is not installed
+    triton_interpreter: bool
+    python: str
+    cpu_count: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        cap = f", sm_{self.capability.replace('.', '')}" if self.capability else ""
+        tri = f"triton {self.triton}" if self.triton else "no triton"
+        mode = " (interpreter)" if self.triton_interpreter else ""
+        return (
+            f"{self.device}: {self.device_name}{cap} | torch {self.torch} | {tri}{mode} | "
+            f"python {self.python} | {self.cpu_count} CPU cores"
+        )
+
+
+def on_gpu() -> bool:
+    """True when a CUDA device is usable by torch."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def device() -> str:
+    """The device string the course uses: ``"cuda"`` when a GPU is present, else ``"cpu"``."""
+    return "cuda" if on_gpu() else "cpu"
+
+
+def triton_interpreted() -> bool:
+    """True when Triton kernels will run in the interpreter (the env var is set and truthy)."""
+    return os.environ.get(TRITON_INTERPRET, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def ensure_triton_mode() -> bool:
+    """Switch on the Triton interpreter when no GPU is present; return whether it is on.
+
+    Call before the first ``import triton``. A value the user set in the environment wins.
+    Raises `TritonAlreadyImportedError` if triton is already imported without the
+    interpreter on a machine that has no GPU, because the switch cannot take effect then.
+    """
+    if TRITON_INTERPRET in os.environ:
+        return triton_interpreted()
+    if on_gpu():
+        return False
+    if "triton" in sys.modules:
+        raise TritonAlreadyImportedError(
+            "triton was imported before mlinfra_lab could switch on its CPU interpreter. "
+            "Restart the kernel and import mlinfra_lab.attention (or set TRITON_INTERPRET=1) "
+            "before importing triton."
+        )
+    os.environ[TRITON_INTERPRET] = "1"
+    return True
+
+
+def _triton_version() -> str | None:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("triton")
+    except PackageNotFoundError:
+        return None
+
+
+def describe() -> RuntimeInfo:
+    """Describe the runtime: device, torch/triton versions, CUDA capability, interpreter."""
+    import torch
+
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        name, capability, dev = torch.cuda.get_device_name(), f"{major}.{minor}", "cuda"
+    else:
+        name, capability, dev = platform.processor() or platform.machine(), None, "cpu"
+    return RuntimeInfo(
+        device=dev,
+        device_name=name,
+        capability=capability,
+        torch=torch.__version__,
+        triton=_triton_version(),
+        triton_interpreter=triton_interpreted(),
+        python=platform.python_version(),
+        cpu_count=os.cpu_count() or 1,
+    )
+
+
+def sizes(topic: str, device_kind: str | None = None) -> dict[str, Any]:
+    """Problem-size preset for `topic` on this device (or on `device_kind`: "cpu"/"gpu").
+
+    Returns a fresh dict, so a notebook may change it without touching the preset.
+    """
+    if topic not in PRESETS:
+        raise UnknownTopicError(
+            f"no size preset for topic {topic!r}; known topics: {', '.join(sorted(PRESETS))}"
+        )
+    kind = device_kind or ("gpu" if on_gpu() else "cpu")
+    if kind not in ("cpu", "gpu"):
+        raise ValueError(f"device_kind must be 'cpu' or 'gpu', got {kind!r}")
+    return dict(PRESETS[topic][kind])
