@@ -1,3 +1,66 @@
-"""Chapter package `mlinfra_lab.tracking` (in progress)."""
+"""Chapter 4: an experiment-tracking backend.
 
-__all__: list[str] = []
+Run metadata lives in a queryable SQL database, large artifacts in object storage by
+reference with a content hash; a lineage graph connects runs to the data, code and
+artifacts they consumed and produced; access control is enforced on every path; a hot
+cache and tiered retention keep storage fast and bounded. Read the modules in this order:
+
+- ``schema``     the tables and indexes (Alembic migrations in ``migrations/``)
+- ``db``         engines: SQLite in WAL mode with a busy timeout, or PostgreSQL
+- ``artifacts``  content-addressed, atomic, de-duplicated blobs on any fsspec URL
+- ``run``        a run: batched metric writes, artifacts logged by reference
+- ``query``      the search language, parsed into bound SQLAlchemy expressions
+- ``access``     VIEW < READ_ARTIFACTS < WRITE < ADMIN, users and teams
+- ``lineage``    walking the graph forward and backward
+- ``cache``      the LRU disk cache of hot artifacts, verified by hash
+- ``retention``  declarative policy -> explicit plan; garbage collection of blobs
+- ``store``      `TrackingStore`, the facade every read and write goes through
+- ``bench``      side-by-side benchmark against MLflow (``mlinfra-lab bench tracking``)
+"""
+
+from mlinfra_lab.tracking.access import Level
+from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
+from mlinfra_lab.tracking.errors import (
+    ArtifactNameError,
+    IntegrityError,
+    NotFound,
+    PermissionDenied,
+    QueryError,
+    TrackingError,
+)
+from mlinfra_lab.tracking.lineage import LineageGraph
+from mlinfra_lab.tracking.query import compile_filter
+from mlinfra_lab.tracking.retention import (
+    PlannedAction,
+    RetentionPlan,
+    RetentionPolicy,
+    RetentionRule,
+    plan_retention,
+)
+from mlinfra_lab.tracking.run import Run
+from mlinfra_lab.tracking.store import ArtifactInfo, DatasetRef, GcReport, RunInfo, TrackingStore
+
+__all__ = [
+    "ArtifactCache",
+    "ArtifactInfo",
+    "ArtifactNameError",
+    "CacheStats",
+    "DatasetRef",
+    "GcReport",
+    "IntegrityError",
+    "Level",
+    "LineageGraph",
+    "NotFound",
+    "PermissionDenied",
+    "PlannedAction",
+    "QueryError",
+    "RetentionPlan",
+    "RetentionPolicy",
+    "RetentionRule",
+    "Run",
+    "RunInfo",
+    "TrackingError",
+    "TrackingStore",
+    "compile_filter",
+    "plan_retention",
+]

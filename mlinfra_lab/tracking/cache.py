@@ -1,0 +1,139 @@
+"""A size-bounded LRU cache of hot artifacts on local disk, keyed by content hash.
+
+Contract: `ArtifactCache(dir, max_bytes).get(sha256, fetch)` returns the path of a local
+file holding exactly the bytes whose hash is `sha256`, calling `fetch()` (a binary stream
+from the artifact store) only on a miss, and keeps the total size under `max_bytes` by
+evicting the least recently used files; `stats()` reports hits, misses and evictions.
+
+Design decisions:
+- Keyed by sha256, so the cache needs no invalidation: a key's bytes never change. Two runs
+  that share a blob share a cache entry.
+- Every returned file is verified: bytes fetched on a miss are hashed while they stream to
+  disk, and a hit is re-hashed before it is returned, so a corrupted cache file or a
+  tampered blob raises `IntegrityError` instead of poisoning a training job. (Re-hashing
+  a hit reads it once more; a deployment that trusts its local disk could skip it.)
+- Fills are atomic (temporary name, then rename), so a crash never leaves a partial entry.
+- The recency order lives in memory and is rebuilt from file access times when a cache
+  directory is reopened. One process owns one cache directory.
+- An item larger than the whole cache is served from a temporary file and not kept.
+
+Reference: the course text, ch. 4 ("hot artifact cache").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from mlinfra_lab.tracking.errors import IntegrityError
+
+__all__ = ["ArtifactCache", "CacheStats"]
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    hits: int
+    misses: int
+    evictions: int
+    bytes_cached: int
+    max_bytes: int
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"hit_rate": self.hit_rate}
+
+
+def _hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class ArtifactCache:
+    """LRU disk cache of blobs; `max_bytes` bounds the sum of file sizes kept."""
+
+    def __init__(self, directory: str | os.PathLike, max_bytes: int):
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.hits = self.misses = self.evictions = 0
+        self._lru: OrderedDict[str, int] = OrderedDict()  # sha -> size, oldest first
+        self._total = 0  # sum of self._lru's sizes
+        entries = [p for p in self.dir.iterdir() if p.is_file() and len(p.name) == 64]
+        for p in sorted(entries, key=lambda p: p.stat().st_atime):
+            self._lru[p.name] = p.stat().st_size
+            self._total += self._lru[p.name]
+        self._evict(0)
+
+    @property
+    def bytes_cached(self) -> int:
+        return self._total
+
+    def stats(self) -> CacheStats:
+        return CacheStats(self.hits, self.misses, self.evictions, self.bytes_cached, self.max_bytes)
+
+    def reset_stats(self) -> None:
+        self.hits = self.misses = self.evictions = 0
+
+    def __contains__(self, sha256: str) -> bool:
+        return sha256 in self._lru
+
+    def get(self, sha256: str, fetch: Callable[[], BinaryIO], artifact_id: int | None = None) -> Path:
+        """Local path of the verified blob `sha256`; `fetch` opens it in the store on a miss."""
+        path = self.dir / sha256
+        if sha256 in self._lru and path.exists():
+            actual = _hash_file(path)
+            if actual != sha256:
+                self._drop(sha256)
+                raise IntegrityError(artifact_id, sha256, actual, f"in the cache ({path})")
+            self.hits += 1
+            self._lru.move_to_end(sha256)
+            return path
+        self._total -= self._lru.pop(sha256, 0)
+        self.misses += 1
+        tmp = self.dir / f".tmp-{uuid.uuid4().hex}"
+        h, size = hashlib.sha256(), 0
+        try:
+            with fetch() as src, open(tmp, "wb") as out:
+                for chunk in iter(lambda: src.read(CHUNK), b""):
+                    h.update(chunk)
+                    size += len(chunk)
+                    out.write(chunk)
+            if h.hexdigest() != sha256:
+                raise IntegrityError(artifact_id, sha256, h.hexdigest(), "in the artifact store")
+            if size > self.max_bytes:  # too big to keep: hand out the temporary file
+                return tmp
+            self._evict(size)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self._lru[sha256] = size
+        self._total += size
+        return path
+
+    def _drop(self, sha256: str) -> None:
+        self._total -= self._lru.pop(sha256, 0)
+        (self.dir / sha256).unlink(missing_ok=True)
+
+    def _evict(self, incoming: int) -> None:
+        while self._lru and self.bytes_cached + incoming > self.max_bytes:
+            oldest = next(iter(self._lru))
+            self._drop(oldest)
+            self.evictions += 1

@@ -1,0 +1,300 @@
+"""The search language: filter strings parsed into bound SQLAlchemy expressions, never SQL text.
+
+Contract: `compile_filter("metrics.val_acc > 0.85 and params.lr <= 1e-3", now)` returns a
+SQLAlchemy boolean expression over `schema.runs` whose values are all bound parameters;
+any text that is not in the grammar raises `QueryError` pointing at the offending
+character. `compile_order_by("metrics.val_acc desc")` does the same for sort keys.
+
+Grammar (keywords are case-insensitive)::
+
+    expr    := and_expr ("or" and_expr)*
+    and_expr:= unary ("and" unary)*
+    unary   := "not" unary | "(" expr ")" | cmp
+    cmp     := field op value | field ["not"] "in" "(" value ("," value)* ")"
+             | field ["not"] "like" string
+    field   := ("metrics" | "params" | "tags") "." key | ["attributes" "."] attribute
+    key     := identifier | `any text in backticks`
+    op      := = | == | != | <> | < | <= | > | >=
+    value   := number | "string" | 'string' | relative time (-30d, -12h, -15m, -2w)
+
+Attributes: status, user, name, code_commit, id, created, ended. Times compare with an
+epoch-seconds number, an ISO date string ("2026-11-01") or a relative time (``-30d`` is
+30 days before `now`).
+
+Design decisions:
+- A hand-written tokenizer and recursive-descent parser (about 200 lines) rather than a
+  parser generator: the whole language fits on a screen, and every error knows the
+  position of its token.
+- Safety comes from construction, not from escaping: a field can only be one of the names
+  above, an operator one of the tokens above, and a value becomes a bound parameter. A
+  filter written to inject SQL (``x' or 1=1 --``) is simply not in the grammar.
+- Each metric/param/tag comparison becomes ``runs.id IN (SELECT run_id FROM latest_metrics
+  WHERE key = ? AND value > ?)``: an index range scan on ``(key, value, run_id)``.
+  Hot params (`schema.HOT_PARAMS`) compare the indexed column on `runs` directly.
+- A run without the metric does not match a comparison on it (like SQL NULL), and does
+  match its negation with ``not``.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, not_, or_, select
+
+from mlinfra_lab.tracking import schema as S
+from mlinfra_lab.tracking.errors import QueryError
+
+__all__ = ["compile_filter", "compile_order_by", "tokenize"]
+
+_TOKEN = re.compile(
+    r"""(?P<ws>\s+)
+      | (?P<reltime>-\d+(?:\.\d+)?[smhdw]\b)
+      | (?P<number>-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
+      | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
+      | (?P<quoted>`[^`]+`)
+      | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
+      | (?P<op>==|!=|<>|<=|>=|=|<|>)
+      | (?P<punct>[(),.])""",
+    re.VERBOSE,
+)
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_OPS = {"=": operator.eq, "==": operator.eq, "!=": operator.ne, "<>": operator.ne,
+        "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}  # fmt: skip
+_KEYWORDS = {"and", "or", "not", "in", "like", "asc", "desc"}
+_KINDS = {"metrics": "metrics", "metric": "metrics", "params": "params", "param": "params",
+          "tags": "tags", "tag": "tags"}  # fmt: skip
+_ATTRS = {"status": "status", "user": "user", "name": "name", "code_commit": "code_commit",
+          "id": "id", "created": "created_at", "ended": "ended_at"}  # fmt: skip
+_TIME_ATTRS = {"created_at", "ended_at"}
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # ws | reltime | number | string | quoted | name | op | punct | end
+    text: str
+    pos: int
+
+
+def tokenize(text: str) -> list[Token]:
+    """Split `text` into tokens; raise `QueryError` at the first character that fits none."""
+    if "\x00" in text:
+        raise QueryError("NUL byte in filter", text.replace("\x00", "?"), text.index("\x00"))
+    tokens, pos = [], 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            ch = text[pos]
+            why = "unterminated string" if ch in "\"'" else f"unexpected character {ch!r}"
+            raise QueryError(why, text, pos)
+        if m.lastgroup != "ws":
+            tokens.append(Token(m.lastgroup, m.group(), pos))
+        pos = m.end()
+    tokens.append(Token("end", "", len(text)))
+    return tokens
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: str  # metrics | params | tags | attr
+    key: str  # metric/param/tag key, or the runs column name
+    pos: int
+
+
+class _Parser:
+    def __init__(self, text: str, now: float):
+        self.text, self.now = text, now
+        self.toks, self.i = tokenize(text), 0
+
+    # -- token helpers -------------------------------------------------------------
+    @property
+    def tok(self) -> Token:
+        return self.toks[self.i]
+
+    def error(self, message: str, tok: Token | None = None):
+        tok = tok or self.tok
+        found = "end of filter" if tok.kind == "end" else repr(tok.text)
+        raise QueryError(f"{message}, found {found}", self.text, tok.pos)
+
+    def keyword(self, word: str) -> bool:
+        if self.tok.kind == "name" and self.tok.text.lower() == word:
+            self.i += 1
+            return True
+        return False
+
+    def punct(self, ch: str) -> bool:
+        if self.tok.kind == "punct" and self.tok.text == ch:
+            self.i += 1
+            return True
+        return False
+
+    # -- grammar -------------------------------------------------------------------
+    def parse(self) -> ColumnElement[bool]:
+        if self.tok.kind == "end":
+            self.error("empty filter: expected a comparison such as metrics.acc > 0.9")
+        expr = self.expr()
+        if self.tok.kind != "end":
+            self.error("expected 'and', 'or' or the end of the filter")
+        return expr
+
+    def expr(self) -> ColumnElement[bool]:
+        parts = [self.and_expr()]
+        while self.keyword("or"):
+            parts.append(self.and_expr())
+        return parts[0] if len(parts) == 1 else or_(*parts)
+
+    def and_expr(self) -> ColumnElement[bool]:
+        parts = [self.unary()]
+        while self.keyword("and"):
+            parts.append(self.unary())
+        return parts[0] if len(parts) == 1 else and_(*parts)
+
+    def unary(self) -> ColumnElement[bool]:
+        if self.keyword("not"):
+            return not_(self.unary())
+        if self.punct("("):
+            inner = self.expr()
+            if not self.punct(")"):
+                self.error("expected ')'")
+            return inner
+        return self.comparison()
+
+    def field(self) -> Field:
+        tok = self.tok
+        if tok.kind != "name" or tok.text.lower() in _KEYWORDS:
+            self.error("expected a field such as metrics.acc, params.lr, tags.team or status")
+        self.i += 1
+        word = tok.text.lower()
+        if word in _KINDS and self.punct("."):
+            key_tok = self.tok
+            if key_tok.kind == "name":
+                key = key_tok.text
+            elif key_tok.kind == "quoted":
+                key = key_tok.text[1:-1]
+            else:
+                self.error(f"expected a key after '{tok.text}.' (use `backticks` for odd names)")
+            self.i += 1
+            return Field(_KINDS[word], key, tok.pos)
+        if word in ("attributes", "attribute", "run") and self.punct("."):
+            tok = self.tok
+            word = tok.text.lower() if tok.kind == "name" else ""
+            self.i += 1
+        if word in _ATTRS:
+            return Field("attr", _ATTRS[word], tok.pos)
+        raise QueryError(
+            f"unknown field {tok.text!r}: use metrics.KEY, params.KEY, tags.KEY or one of "
+            f"{', '.join(sorted(_ATTRS))}", self.text, tok.pos)  # fmt: skip
+
+    def value(self, f: Field) -> Any:
+        tok = self.tok
+        self.i += 1
+        if tok.kind == "number":
+            v: Any = float(tok.text)
+        elif tok.kind == "string":
+            v = re.sub(r"\\(.)", r"\1", tok.text[1:-1])
+        elif tok.kind == "reltime":
+            if f.key not in _TIME_ATTRS:
+                self.error("a relative time like -30d only compares with created or ended", tok)
+            v = self.now + float(tok.text[:-1]) * _UNITS[tok.text[-1]]
+        else:
+            self.i -= 1
+            self.error("expected a value: a number, a \"string\" or a relative time like -30d")
+        if f.kind == "metrics" and not isinstance(v, float):
+            self.error("metrics are numbers: compare with a number", tok)
+        if f.kind == "tags" and not isinstance(v, str):
+            self.error("tags are strings: put the value in quotes", tok)
+        if f.kind == "attr" and f.key in _TIME_ATTRS and isinstance(v, str):
+            try:
+                d = datetime.fromisoformat(v)
+            except ValueError:
+                self.error("expected an ISO date such as \"2026-11-01\" or a relative time", tok)
+            v = (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
+        if f.kind == "attr" and f.key not in _TIME_ATTRS and f.key != "id" and not isinstance(v, str):
+            self.error(f"{f.key} is a string: put the value in quotes", tok)
+        return v
+
+    def comparison(self) -> ColumnElement[bool]:
+        f = self.field()
+        negate = self.keyword("not")
+        if self.keyword("in"):
+            if not self.punct("("):
+                self.error("expected '(' after 'in'")
+            values = [self.value(f)]
+            while self.punct(","):
+                values.append(self.value(f))
+            if not self.punct(")"):
+                self.error("expected ',' or ')' in the list")
+            if len({type(v) for v in values}) > 1:
+                self.error("mix of numbers and strings in an 'in' list", self.toks[self.i - 2])
+            expr = _column_test(f, lambda col, _v=values: col.in_(_v), values[0])
+        elif self.keyword("like"):
+            tok = self.tok
+            v = self.value(f)
+            if not isinstance(v, str) or f.kind == "metrics":
+                self.error("'like' needs a string field and a quoted pattern such as \"res%\"", tok)
+            expr = _column_test(f, lambda col, _v=v: col.like(_v), v)
+        elif negate:
+            self.error("expected 'in' or 'like' after 'not'")
+        elif self.tok.kind == "op":
+            op = _OPS[self.tok.text]
+            self.i += 1
+            v = self.value(f)
+            expr = _column_test(f, lambda col, _v=v: op(col, _v), v)
+        else:
+            self.error("expected an operator (= != < <= > >=), 'in' or 'like'")
+        return not_(expr) if negate else expr
+
+
+def _column_test(f: Field, test, sample: Any) -> ColumnElement[bool]:
+    """The SQL test of one field: a column on `runs`, or an IN-subquery on an indexed table."""
+    runs = S.runs
+    if f.kind == "attr":
+        return test(runs.c[f.key])
+    if f.kind == "metrics":
+        t = S.latest_metrics
+        return runs.c.id.in_(select(t.c.run_id).where(t.c.key == f.key, test(t.c.value)))
+    if f.kind == "tags":
+        t = S.tags
+        return runs.c.id.in_(select(t.c.run_id).where(t.c.key == f.key, test(t.c.value)))
+    numeric = isinstance(sample, float)
+    if numeric and f.key in S.HOT_PARAMS:
+        return test(runs.c[S.HOT_PARAMS[f.key]])
+    t = S.params
+    col = t.c.value_num if numeric else t.c.value_str
+    return runs.c.id.in_(select(t.c.run_id).where(t.c.key == f.key, test(col)))
+
+
+def compile_filter(text: str | None, now: float) -> ColumnElement[bool] | None:
+    """Parse a filter string into a bound SQLAlchemy expression over `schema.runs` (None if empty)."""
+    if text is None or not text.strip():
+        return None
+    return _Parser(text, now).parse()
+
+
+@dataclass(frozen=True)
+class OrderKey:
+    field: Field
+    descending: bool
+
+
+def compile_order_by(text: str | None) -> list[OrderKey]:
+    """Parse ``"metrics.acc desc, created"`` into sort keys (default ascending)."""
+    if text is None or not text.strip():
+        return []
+    p = _Parser(text, 0.0)
+    keys = []
+    while True:
+        f = p.field()
+        if f.kind == "tags":
+            p.error("ordering by a tag is not supported; order by a metric, param or attribute")
+        desc = p.keyword("desc")
+        if not desc:
+            p.keyword("asc")
+        keys.append(OrderKey(f, desc))
+        if p.tok.kind == "end":
+            return keys
+        if not p.punct(","):
+            p.error("expected ',' 'asc' 'desc' or the end of the order")

@@ -1,0 +1,586 @@
+"""`TrackingStore`: run metadata in a SQL database, artifacts by reference in object storage.
+
+Contract: one object that owns a database (SQLite or PostgreSQL, by URL) and an artifact
+root (any fsspec URL), and through which every read and write goes, each checked against
+the caller's grants: runs (`start_run`), search (`search_runs`), artifacts
+(`open_artifact`), lineage (`lineage`), access (`grant`), and maintenance
+(`apply_retention`, `gc`). Rows never leave the store; callers get frozen dataclasses.
+
+Design decisions:
+- The database holds metadata and artifact *references* (URI + sha256 + size); bytes live
+  in the blob store (`artifacts.BlobStore`), content-addressed and de-duplicated.
+- The schema is created and upgraded by Alembic migrations when the store opens
+  (``migrate=True``), so an old database file keeps working after an upgrade.
+- Every public method takes ``user=``; None means the store's `default_user` (the OS
+  user unless given). There is no bypass: the default user is checked like anyone else.
+- Downloads go through a size-bounded LRU cache on local disk (`cache.ArtifactCache`)
+  when `cache_dir` is given, and every read is verified against its sha256.
+
+The module is long because it is the facade; the concepts live in their own modules:
+schema, db, query, access, lineage, retention, cache, artifacts, run.
+"""
+
+from __future__ import annotations
+
+import getpass
+import io
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, BinaryIO
+
+from sqlalchemy import Connection, and_, delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from mlinfra_lab.tracking import access, lineage, query
+from mlinfra_lab.tracking import schema as S
+from mlinfra_lab.tracking.access import Level
+from mlinfra_lab.tracking.artifacts import BlobStore, open_uri
+from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
+from mlinfra_lab.tracking.db import make_engine, migrate, write_tx
+from mlinfra_lab.tracking.errors import IntegrityError, NotFound, PermissionDenied, TrackingError
+from mlinfra_lab.tracking.retention import (
+    ArtifactRecord,
+    RetentionPlan,
+    RetentionPolicy,
+    plan_retention,
+)
+from mlinfra_lab.tracking.run import Run
+
+__all__ = ["ArtifactInfo", "DatasetRef", "GcReport", "RunInfo", "TrackingStore"]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    id: int
+    project: str
+    name: str
+    status: str
+    user: str
+    code_commit: str | None
+    created_at: float
+    ended_at: float | None
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # latest value per key
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def node(self) -> str:
+        return f"run:{self.id}"
+
+
+@dataclass(frozen=True)
+class ArtifactInfo:
+    id: int
+    run_id: int
+    name: str
+    kind: str
+    step: int | None
+    sha256: str
+    size: int
+    tier: str
+    pinned: bool
+    uri: str | None  # None unless the caller may download (READ_ARTIFACTS)
+
+    @property
+    def node(self) -> str:
+        return f"artifact:{self.id}"
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    id: int
+    project: str
+    name: str
+    version: str
+    uri: str
+    sha256: str | None
+
+    @property
+    def node(self) -> str:
+        return f"dataset:{self.id}"
+
+
+@dataclass(frozen=True)
+class GcReport:
+    deleted: tuple[str, ...]  # blob URIs removed (or that would be, in a dry run)
+    bytes_freed: int
+    referenced: int  # blobs kept because a row references them
+    dry_run: bool
+
+
+def _to_url(root: str) -> str:
+    return root if "://" in root else "file://" + os.path.abspath(root)
+
+
+class TrackingStore:
+    """Metadata in SQL (SQLite by default, PostgreSQL by URL), artifacts in fsspec storage."""
+
+    def __init__(self, db_url: str = "sqlite:///mlinfra-tracking.db",
+                 artifact_root: str = "mlinfra-artifacts", cache_dir: str | os.PathLike | None = None,
+                 cache_bytes: int = 1 << 30, default_user: str | None = None,
+                 batch_size: int = 1000, migrate_schema: bool = True):  # fmt: skip
+        self.db_url, self.artifact_root = db_url, _to_url(artifact_root)
+        self.engine = make_engine(db_url)
+        if migrate_schema:
+            migrate(self.engine)
+        self.blobs = BlobStore(self.artifact_root)
+        self.cache = ArtifactCache(cache_dir, cache_bytes) if cache_dir is not None else None
+        self.default_user = default_user or os.environ.get("MLINFRA_USER") or getpass.getuser()
+        self.batch_size = batch_size
+        self.uncached_reads = 0
+
+    def __repr__(self) -> str:
+        return f"TrackingStore(db_url={self.db_url!r}, artifact_root={self.artifact_root!r})"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> TrackingStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- helpers -------------------------------------------------------------------
+    def _user(self, user: str | None) -> str:
+        return user or self.default_user
+
+    def _audit(self, user: str, action: str, project: str | None, target: str | None,
+               allowed: bool, conn: Connection | None = None) -> None:  # fmt: skip
+        row = dict(at=time.time(), principal=user, action=action, project=project,
+                   target=None if target is None else str(target)[:200], allowed=allowed)  # fmt: skip
+        if conn is not None:
+            conn.execute(S.audit_log.insert().values(**row))
+        else:
+            with write_tx(self.engine) as c:
+                c.execute(S.audit_log.insert().values(**row))
+
+    def _require(self, conn: Connection, project: str, user: str, level: Level, action: str,
+                 target: Any = None) -> int:  # fmt: skip
+        try:
+            return access.require(conn, project, user, level, action)
+        except PermissionDenied:
+            self._audit(user, action, project, target, False)
+            raise
+
+    def _upsert(self, table, keys: list[str], values: list[str], guard_step: bool = False):
+        ins = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert(table)
+        where = ins.excluded.step >= table.c.step if guard_step else None
+        return ins.on_conflict_do_update(index_elements=keys,
+                                         set_={v: ins.excluded[v] for v in values}, where=where)  # fmt: skip
+
+    def _write_params(self, conn: Connection, run_id: int, params: dict[str, Any]) -> None:
+        if not params:
+            return
+        rows, hot = [], {}
+        for k, v in params.items():
+            num = None
+            if not isinstance(v, bool):
+                try:
+                    num = float(v)
+                except (TypeError, ValueError):
+                    num = None
+            rows.append({"run_id": run_id, "key": str(k), "value_str": str(v), "value_num": num})
+            if k in S.HOT_PARAMS:
+                hot[S.HOT_PARAMS[k]] = num
+        conn.execute(self._upsert(S.params, ["run_id", "key"], ["value_str", "value_num"]), rows)
+        if hot:
+            conn.execute(update(S.runs).where(S.runs.c.id == run_id).values(**hot))
+
+    def _write_tags(self, conn: Connection, run_id: int, tags: dict[str, Any]) -> None:
+        if tags:
+            rows = [{"run_id": run_id, "key": str(k), "value": str(v)} for k, v in tags.items()]
+            conn.execute(self._upsert(S.tags, ["run_id", "key"], ["value"]), rows)
+
+    def _project_of_run(self, conn: Connection, run_id: int) -> str:
+        name = conn.execute(select(S.projects.c.name).join(S.runs, S.runs.c.project_id == S.projects.c.id)
+                            .where(S.runs.c.id == run_id)).scalar()  # fmt: skip
+        if name is None:
+            raise NotFound(f"no run with id {run_id}")
+        return name
+
+    # -- projects, teams, grants ---------------------------------------------------
+    def create_project(self, name: str, user: str | None = None) -> int:
+        """Create project `name` (its creator becomes ADMIN); return its id. Idempotent for its ADMIN."""
+        user = self._user(user)
+        with write_tx(self.engine) as conn:
+            pid = conn.execute(select(S.projects.c.id).where(S.projects.c.name == name)).scalar()
+            if pid is not None:
+                access.require(conn, name, user, Level.VIEW, "see")
+                return pid
+            pid = conn.execute(S.projects.insert().values(name=name, created_at=time.time())).inserted_primary_key[0]
+            uid = access.ensure_principal(conn, user)
+            conn.execute(S.grants.insert().values(project_id=pid, principal_id=uid, level=int(Level.ADMIN)))
+            self._audit(user, "create_project", name, None, True, conn)
+        return pid
+
+    def add_to_team(self, team: str, member: str, user: str | None = None) -> None:
+        """Add `member` to `team`; a new team is created with `user` as its first member."""
+        user = self._user(user)
+        with write_tx(self.engine) as conn:
+            tid = conn.execute(select(S.principals.c.id).where(S.principals.c.name == team)).scalar()
+            if tid is None:
+                tid = access.ensure_principal(conn, team, "team")
+                uid = access.ensure_principal(conn, user)
+                conn.execute(S.team_members.insert().values(team_id=tid, user_id=uid))
+            uid = access.ensure_principal(conn, user)
+            tm = S.team_members
+            if conn.execute(select(tm.c.team_id).where(tm.c.team_id == tid, tm.c.user_id == uid)).first() is None:
+                raise PermissionDenied(user, f"team:{team}", "team membership", "add members to the team")
+            mid = access.ensure_principal(conn, member)
+            if conn.execute(select(tm.c.team_id).where(tm.c.team_id == tid, tm.c.user_id == mid)).first() is None:
+                conn.execute(tm.insert().values(team_id=tid, user_id=mid))
+            self._audit(user, "add_to_team", None, f"{team}+{member}", True, conn)
+
+    def grant(self, project: str, principal: str, level: Level | str, user: str | None = None) -> None:
+        """Give `principal` (a user or a team) `level` on `project` (NONE revokes); needs ADMIN."""
+        user, level = self._user(user), Level.parse(level)
+        with write_tx(self.engine) as conn:
+            pid = self._require(conn, project, user, Level.ADMIN, "grant access", principal)
+            row = conn.execute(select(S.principals.c.id).where(S.principals.c.name == principal)).scalar()
+            prid = row if row is not None else access.ensure_principal(conn, principal)
+            conn.execute(delete(S.grants).where(S.grants.c.project_id == pid, S.grants.c.principal_id == prid))
+            if level > Level.NONE:
+                conn.execute(S.grants.insert().values(project_id=pid, principal_id=prid, level=int(level)))
+            self._audit(user, f"grant {level.name}", project, principal, True, conn)
+
+    def level(self, project: str, user: str | None = None) -> Level:
+        """The caller's effective level on `project` (NONE when none or no such project)."""
+        with self.engine.connect() as conn:
+            pid = conn.execute(select(S.projects.c.id).where(S.projects.c.name == project)).scalar()
+            return Level.NONE if pid is None else access.effective_level(conn, pid, self._user(user))
+
+    # -- datasets and runs ---------------------------------------------------------
+    def register_dataset(self, project: str, name: str, version: str, uri: str,
+                         sha256: str | None = None, user: str | None = None) -> DatasetRef:  # fmt: skip
+        """Record a dataset version (by reference) so runs can name it as an input; needs WRITE."""
+        user = self._user(user)
+        d = S.datasets
+        with write_tx(self.engine) as conn:
+            pid = self._require(conn, project, user, Level.WRITE, "register datasets", name)
+            row = conn.execute(select(d).where(d.c.project_id == pid, d.c.name == name, d.c.version == version)).first()
+            if row is None:
+                did = conn.execute(d.insert().values(project_id=pid, name=name, version=version, uri=uri,
+                                                     sha256=sha256, created_at=time.time())).inserted_primary_key[0]  # fmt: skip
+            elif row.uri != uri or (sha256 and row.sha256 != sha256):
+                raise TrackingError(f"dataset {name}@{version} already exists with another URI or hash; "
+                                    "datasets are immutable: register a new version")  # fmt: skip
+            else:
+                did = row.id
+        return DatasetRef(did, project, name, version, uri, sha256)
+
+    def start_run(self, project: str, name: str | None = None, params: dict | None = None,
+                  tags: dict | None = None, code_commit: str | None = None,
+                  inputs: Iterable[DatasetRef | ArtifactInfo | str] = (), user: str | None = None,
+                  start_time: float | None = None) -> Run:  # fmt: skip
+        """Start a run in `project` (created, with you as ADMIN, if new; else needs WRITE)."""
+        user = self._user(user)
+        with self.engine.connect() as conn:
+            exists = conn.execute(select(S.projects.c.id).where(S.projects.c.name == project)).scalar()
+        if exists is None:
+            self.create_project(project, user)
+        nodes = [i if isinstance(i, str) else i.node for i in inputs]
+        with write_tx(self.engine) as conn:
+            pid = self._require(conn, project, user, Level.WRITE, "start runs")
+            for n, (ipid, _) in lineage.node_projects(conn, nodes).items():
+                if ipid is not None and access.effective_level(conn, ipid, user) < Level.VIEW:
+                    raise PermissionDenied(user, f"project {ipid}", "VIEW", f"use {n} as an input")
+            missing = set(nodes) - set(lineage.node_projects(conn, nodes))
+            if missing:
+                raise NotFound(f"inputs not found: {sorted(missing)}")
+            created = time.time() if start_time is None else float(start_time)
+            run_id = conn.execute(S.runs.insert().values(
+                project_id=pid, name=name or "run", status="RUNNING", user=user,
+                code_commit=code_commit, created_at=created)).inserted_primary_key[0]  # fmt: skip
+            if name is None:
+                name = f"run-{run_id}"
+                conn.execute(update(S.runs).where(S.runs.c.id == run_id).values(name=name))
+            self._write_params(conn, run_id, params or {})
+            self._write_tags(conn, run_id, tags or {})
+            edges = [{"src": n, "dst": f"run:{run_id}", "relation": "consumed"} for n in nodes]
+            if code_commit:
+                edges.append({"src": f"code:{code_commit}", "dst": f"run:{run_id}", "relation": "ran_code"})
+            if edges:
+                conn.execute(S.lineage_edges.insert(), edges)
+        return Run(self, run_id, project, name, user, self.batch_size)
+
+    def _log_artifact(self, run: Run, source, name: str, kind: str, step, pinned: bool) -> ArtifactInfo:
+        with self.engine.connect() as conn:
+            self._require(conn, run.project, run.user, Level.WRITE, "log artifacts", name)
+        put = self.blobs.put(source)  # blob first: a failure here leaves no row
+        with write_tx(self.engine) as conn:
+            aid = conn.execute(S.artifacts.insert().values(
+                run_id=run.id, name=name, kind=kind, step=step, uri=put.uri, sha256=put.sha256,
+                size=put.size, tier="hot", pinned=pinned, created_at=time.time())).inserted_primary_key[0]  # fmt: skip
+            conn.execute(S.lineage_edges.insert().values(src=run.node, dst=f"artifact:{aid}", relation="produced"))
+        return ArtifactInfo(aid, run.id, name, kind, step, put.sha256, put.size, "hot", pinned, put.uri)
+
+    # -- reading metadata ----------------------------------------------------------
+    def _run_infos(self, conn: Connection, rows: Sequence, names: dict[int, str]) -> list[RunInfo]:
+        ids = [r.id for r in rows]
+        params: dict[int, dict] = {i: {} for i in ids}
+        mets: dict[int, dict] = {i: {} for i in ids}
+        tags: dict[int, dict] = {i: {} for i in ids}
+        if ids:
+            for r in conn.execute(select(S.params.c.run_id, S.params.c.key, S.params.c.value_str).where(S.params.c.run_id.in_(ids))):
+                params[r[0]][r[1]] = r[2]
+            for r in conn.execute(select(S.latest_metrics.c.run_id, S.latest_metrics.c.key, S.latest_metrics.c.value).where(S.latest_metrics.c.run_id.in_(ids))):
+                mets[r[0]][r[1]] = r[2]
+            for r in conn.execute(select(S.tags.c.run_id, S.tags.c.key, S.tags.c.value).where(S.tags.c.run_id.in_(ids))):
+                tags[r[0]][r[1]] = r[2]
+        return [RunInfo(r.id, names[r.project_id], r.name, r.status, r.user, r.code_commit, r.created_at,
+                        r.ended_at, params[r.id], mets[r.id], tags[r.id]) for r in rows]  # fmt: skip
+
+    def get_run(self, run_id: int, user: str | None = None) -> RunInfo:
+        """A run's metadata with its params, latest metrics and tags; needs VIEW."""
+        user = self._user(user)
+        with self.engine.connect() as conn:
+            project = self._project_of_run(conn, run_id)
+            pid = self._require(conn, project, user, Level.VIEW, "view runs", f"run:{run_id}")
+            rows = conn.execute(select(S.runs).where(S.runs.c.id == run_id)).all()
+            return self._run_infos(conn, rows, {pid: project})[0]
+
+    def metric_history(self, run_id: int, key: str, user: str | None = None) -> list[tuple[int, float]]:
+        """Every (step, value) point of one metric of one run, by step; needs VIEW."""
+        user, m = self._user(user), S.metrics
+        with self.engine.connect() as conn:
+            self._require(conn, self._project_of_run(conn, run_id), user, Level.VIEW, "view metrics", f"run:{run_id}")
+            q = select(m.c.step, m.c.value).where(m.c.run_id == run_id, m.c.key == key).order_by(m.c.step)
+            return [(r[0], r[1]) for r in conn.execute(q)]
+
+    def _search_stmt(self, conn: Connection, project: str | Sequence[str] | None, filter: str | None,
+                     order_by: str | None, limit: int, user: str):  # fmt: skip
+        if not 1 <= limit <= 10_000:
+            raise TrackingError(f"limit must be between 1 and 10000, got {limit}")
+        if project is None:
+            pids = access.visible_project_ids(conn, user)
+        else:
+            projects = [project] if isinstance(project, str) else list(project)
+            pids = [self._require(conn, p, user, Level.VIEW, "search runs") for p in projects]
+        names = dict(conn.execute(select(S.projects.c.id, S.projects.c.name).where(S.projects.c.id.in_(pids))).all())
+        r = S.runs
+        stmt = select(r).where(r.c.project_id == pids[0] if len(pids) == 1 else r.c.project_id.in_(pids))
+        cond = query.compile_filter(filter, time.time())
+        if cond is not None:
+            stmt = stmt.where(cond)
+        for i, key in enumerate(query.compile_order_by(order_by)):
+            f = key.field
+            if f.kind == "attr":
+                col = r.c[f.key]
+            else:
+                t = (S.latest_metrics if f.kind == "metrics" else S.params).alias(f"o{i}")
+                stmt = stmt.outerjoin(t, and_(t.c.run_id == r.c.id, t.c.key == f.key))
+                col = t.c.value if f.kind == "metrics" else t.c.value_num
+            stmt = stmt.order_by((col.desc() if key.descending else col.asc()).nulls_last())
+        return stmt.order_by(r.c.created_at.desc(), r.c.id.desc()).limit(limit), names
+
+    def search_runs(self, project: str | Sequence[str] | None, filter: str | None = None,
+                    order_by: str | None = None, limit: int = 100,
+                    user: str | None = None) -> list[RunInfo]:  # fmt: skip
+        """Runs matching `filter` (see `query`), newest first unless `order_by`; needs VIEW.
+
+        `project` may be a name, a list of names, or None for every project you can view.
+        Answered from the indexed tables only; the artifact store is never touched.
+        """
+        user = self._user(user)
+        with self.engine.connect() as conn:
+            stmt, names = self._search_stmt(conn, project, filter, order_by, limit, user)
+            return self._run_infos(conn, conn.execute(stmt).all(), names)
+
+    def explain_search(self, project: str, filter: str | None = None, order_by: str | None = None,
+                       user: str | None = None) -> list[str]:  # fmt: skip
+        """The database's query plan for a search (EXPLAIN QUERY PLAN / EXPLAIN), one line per step."""
+        user = self._user(user)
+        with self.engine.connect() as conn:
+            stmt, _ = self._search_stmt(conn, project, filter, order_by, 100, user)
+            compiled = stmt.compile(self.engine, compile_kwargs={"literal_binds": False})
+            prefix = "EXPLAIN QUERY PLAN " if self.engine.dialect.name == "sqlite" else "EXPLAIN "
+            params = compiled.params
+            if self.engine.dialect.name == "sqlite":
+                rows = conn.exec_driver_sql(prefix + str(compiled), tuple(params[k] for k in compiled.positiontup))
+                return [str(row[-1]) for row in rows]
+            rows = conn.exec_driver_sql(prefix + str(compiled), params)
+            return [str(row[0]) for row in rows]
+
+    # -- artifacts -----------------------------------------------------------------
+    def list_artifacts(self, run_id: int, user: str | None = None) -> list[ArtifactInfo]:
+        """A run's artifacts; needs VIEW, and the URIs are shown only with READ_ARTIFACTS."""
+        user, a = self._user(user), S.artifacts
+        with self.engine.connect() as conn:
+            project = self._project_of_run(conn, run_id)
+            pid = self._require(conn, project, user, Level.VIEW, "list artifacts", f"run:{run_id}")
+            can_read = access.effective_level(conn, pid, user) >= Level.READ_ARTIFACTS
+            rows = conn.execute(select(a).where(a.c.run_id == run_id).order_by(a.c.id)).all()
+        return [ArtifactInfo(r.id, r.run_id, r.name, r.kind, r.step, r.sha256, r.size, r.tier, r.pinned,
+                             r.uri if can_read else None) for r in rows]  # fmt: skip
+
+    def open_artifact(self, artifact_id: int, user: str | None = None) -> BinaryIO:
+        """A binary stream of the artifact's verified bytes; needs READ_ARTIFACTS.
+
+        Reads through the LRU disk cache when the store has one. Raises `IntegrityError`
+        when the bytes do not hash to the sha256 recorded at upload.
+        """
+        user, a = self._user(user), S.artifacts
+        with self.engine.connect() as conn:
+            row = conn.execute(select(a.c.uri, a.c.sha256, a.c.run_id).where(a.c.id == artifact_id)).first()
+            if row is None:
+                raise NotFound(f"no artifact with id {artifact_id}")
+            project = self._project_of_run(conn, row.run_id)
+            self._require(conn, project, user, Level.READ_ARTIFACTS, "download artifacts", f"artifact:{artifact_id}")
+        self._audit(user, "download", project, f"artifact:{artifact_id}", True)
+        if self.cache is None:
+            self.uncached_reads += 1
+            with open_uri(row.uri) as f:
+                data = f.read()
+            import hashlib
+
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != row.sha256:
+                raise IntegrityError(artifact_id, row.sha256, actual, f"at {row.uri}")
+            return io.BytesIO(data)
+        path = self.cache.get(row.sha256, lambda: open_uri(row.uri), artifact_id)
+        if path.name.startswith(".tmp-"):  # larger than the whole cache: not kept
+            data = path.read_bytes()
+            path.unlink()
+            return io.BytesIO(data)
+        return open(path, "rb")
+
+    def read_artifact(self, artifact_id: int, user: str | None = None) -> bytes:
+        with self.open_artifact(artifact_id, user) as f:
+            return f.read()
+
+    def pin_artifact(self, artifact_id: int, pinned: bool = True, user: str | None = None) -> None:
+        """Pin (promote) an artifact so retention never touches it; needs WRITE."""
+        user, a = self._user(user), S.artifacts
+        with write_tx(self.engine) as conn:
+            run_id = conn.execute(select(a.c.run_id).where(a.c.id == artifact_id)).scalar()
+            if run_id is None:
+                raise NotFound(f"no artifact with id {artifact_id}")
+            self._require(conn, self._project_of_run(conn, run_id), user, Level.WRITE, "pin artifacts")
+            conn.execute(update(a).where(a.c.id == artifact_id).values(pinned=pinned))
+
+    def cache_stats(self) -> CacheStats | None:
+        return None if self.cache is None else self.cache.stats()
+
+    # -- lineage -------------------------------------------------------------------
+    def lineage(self, node: str | RunInfo | Run | ArtifactInfo | DatasetRef, direction: str = "forward",
+                depth: int | None = None, user: str | None = None) -> lineage.LineageGraph:  # fmt: skip
+        """Nodes reachable from `node` forward (what used it) or backward (what made it).
+
+        Needs VIEW on the start node's project; nodes in projects you cannot view are
+        left out, and the walk does not pass through them.
+        """
+        user = self._user(user)
+        start = node if isinstance(node, str) else node.node
+        with self.engine.connect() as conn:
+            info = lineage.node_projects(conn, [start])
+            if start not in info:
+                raise NotFound(f"no lineage node {start}")
+            pid = info[start][0]
+            if pid is not None:
+                name = conn.execute(select(S.projects.c.name).where(S.projects.c.id == pid)).scalar()
+                self._require(conn, name, user, Level.VIEW, "view lineage", start)
+            levels: dict[int, bool] = {}
+
+            def visible(p: int) -> bool:
+                if p not in levels:
+                    levels[p] = access.effective_level(conn, p, user) >= Level.VIEW
+                return levels[p]
+
+            return lineage.walk(conn, start, direction, depth, visible)
+
+    # -- retention and garbage collection -------------------------------------------
+    def _artifact_records(self, conn: Connection, pids: list[int]) -> list[ArtifactRecord]:
+        a, r, p = S.artifacts, S.runs, S.projects
+        q = (select(a.c.id, p.c.name, a.c.run_id, r.c.created_at.label("run_created"), a.c.kind, a.c.step,
+                    a.c.created_at, a.c.size, a.c.tier, a.c.pinned, a.c.uri)
+             .join(r, r.c.id == a.c.run_id).join(p, p.c.id == r.c.project_id).where(p.c.id.in_(pids)))  # fmt: skip
+        return [ArtifactRecord(*row) for row in conn.execute(q)]
+
+    def apply_retention(self, policy: RetentionPolicy, now: float | None = None, dry_run: bool = True,
+                        user: str | None = None) -> RetentionPlan:  # fmt: skip
+        """Plan retention over the projects you ADMIN; unless `dry_run`, carry out that plan.
+
+        Deleting removes artifact rows (and their lineage edges); the bytes are freed by
+        `gc`, because a blob may be shared by several rows.
+        """
+        user = self._user(user)
+        now = time.time() if now is None else now
+        with self.engine.connect() as conn:
+            pids = access.visible_project_ids(conn, user, Level.ADMIN)
+            plan = plan_retention(policy, self._artifact_records(conn, pids), now)
+        if dry_run:
+            return plan
+        a, notes = S.artifacts, []
+        cold = BlobStore(_to_url(policy.cold_root)) if policy.cold_root else None
+        for act in plan.actions:
+            if act.action != "move_cold":
+                continue
+            with self.engine.connect() as conn:
+                row = conn.execute(select(a.c.uri, a.c.sha256).where(a.c.id == act.artifact_id)).first()
+            with open_uri(row.uri) as f:
+                put = cold.put(f)
+            if put.sha256 != row.sha256:
+                raise IntegrityError(act.artifact_id, row.sha256, put.sha256, f"at {row.uri}")
+            with write_tx(self.engine) as conn:
+                conn.execute(update(a).where(a.c.id == act.artifact_id, a.c.uri == row.uri, a.c.pinned.is_(False))
+                             .values(uri=put.uri, tier="cold"))  # fmt: skip
+        with write_tx(self.engine) as conn:
+            ids = plan.deletes
+            for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+                n = conn.execute(delete(a).where(a.c.id.in_(chunk), a.c.pinned.is_(False))).rowcount
+                if n != len(chunk):
+                    notes.append(f"{len(chunk) - n} listed artifacts were pinned or gone since planning")
+                nodes = [f"artifact:{i}" for i in chunk]
+                e = S.lineage_edges
+                conn.execute(delete(e).where(e.c.dst.in_(nodes) | e.c.src.in_(nodes)))
+            self._audit(user, "apply_retention", None, f"{len(ids)} deletes, {len(plan.moves)} moves", True, conn)
+        return replace(plan, applied=True, notes=tuple(notes))
+
+    def gc(self, grace_seconds: float = 3600.0, dry_run: bool = False, extra_roots: Sequence[str] = (),
+           user: str | None = None) -> GcReport:  # fmt: skip
+        """Delete blobs that no artifact row references and that are older than the grace period.
+
+        Needs ADMIN on every project (blobs are shared across projects by de-duplication).
+        The grace period protects uploads in flight: their blob exists before their row.
+        """
+        user = self._user(user)
+        now = time.time()
+        with self.engine.connect() as conn:
+            all_pids = set(conn.execute(select(S.projects.c.id)).scalars())
+            admin = set(access.visible_project_ids(conn, user, Level.ADMIN))
+            if all_pids - admin:
+                raise PermissionDenied(user, "*", "ADMIN", "garbage-collect blobs (ADMIN on every project)")
+            referenced = set(conn.execute(select(S.artifacts.c.uri).distinct()).scalars())
+            cold_roots = {u.split("/blobs/")[0] for u in conn.execute(
+                select(S.artifacts.c.uri).where(S.artifacts.c.tier == "cold").distinct()).scalars()}  # fmt: skip
+        roots = [self.blobs] + [BlobStore(_to_url(r)) for r in sorted(cold_roots | set(extra_roots))
+                                if _to_url(r) != self.blobs.root]  # fmt: skip
+        deleted, freed, kept = [], 0, 0
+        for store in roots:
+            for uri, mtime in store.list_blobs():
+                if uri in referenced:
+                    kept += 1
+                elif now - mtime >= grace_seconds:
+                    freed += store.fs.size(store._path(uri))
+                    deleted.append(uri)
+                    if not dry_run:
+                        store.delete(uri)
+        if not dry_run:
+            self._audit(user, "gc", None, f"{len(deleted)} blobs", True)
+        return GcReport(tuple(deleted), freed, kept, dry_run)
+
+    def audit_log(self, project: str, limit: int = 100, user: str | None = None) -> list[dict]:
+        """The latest audit records of `project`; needs ADMIN."""
+        user, t = self._user(user), S.audit_log
+        with self.engine.connect() as conn:
+            self._require(conn, project, user, Level.ADMIN, "read the audit log")
+            rows = conn.execute(select(t).where(t.c.project == project).order_by(t.c.id.desc()).limit(limit))
+            return [dict(r._mapping) for r in rows]
+
+    def count(self, table: str) -> int:
+        """Row count of one schema table (for measurements and tests; no access check on counts)."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(func.count()).select_from(S.metadata.tables[table])).scalar()
