@@ -1,3 +1,44 @@
-"""Chapter package `mlinfra_lab.attention` (in progress)."""
+"""Chapter 1: fused attention on Tensor Cores.
 
-__all__: list[str] = []
+The syllabus, in reading order:
+
+- `naive_attention`: the unfused three-step version that writes the score matrix to memory;
+- `hbm_traffic`, `attention_flops`: what that costs in bytes, and what fusion saves;
+- `online_softmax` (and `online_softmax_trace`): softmax one block at a time;
+- `tiled_attention`: the FlashAttention-2 algorithm in plain PyTorch;
+- `flash_attention`: the same algorithm as a Triton kernel, forward and backward;
+- `bank_conflict_degree`, `tile_addresses`: shared-memory banks, padding and swizzles;
+- `mlinfra_lab.attention.bench`: timing against PyTorch's SDPA backends (imported on use).
+
+Importing this package imports torch but not triton: the kernel module switches on the
+CPU interpreter (when there is no GPU) before its first triton import.
+"""
+
+from mlinfra_lab.attention._checks import AttentionInputError
+from mlinfra_lab.attention.banks import bank_conflict_degree, bank_word_counts, tile_addresses
+from mlinfra_lab.attention.flash import flash_attention, flash_attention_lse
+from mlinfra_lab.attention.reference import (
+    OnlineSoftmaxState,
+    naive_attention,
+    online_softmax,
+    online_softmax_trace,
+    tiled_attention,
+)
+from mlinfra_lab.attention.traffic import attention_flops, hbm_traffic, hbm_traffic_breakdown
+
+__all__ = [
+    "AttentionInputError",
+    "OnlineSoftmaxState",
+    "attention_flops",
+    "bank_conflict_degree",
+    "bank_word_counts",
+    "flash_attention",
+    "flash_attention_lse",
+    "hbm_traffic",
+    "hbm_traffic_breakdown",
+    "naive_attention",
+    "online_softmax",
+    "online_softmax_trace",
+    "tile_addresses",
+    "tiled_attention",
+]

@@ -1,0 +1,265 @@
+"""The Triton kernels of `flash.py`; imported on first use, after the interpreter switch.
+
+Contract: `kernels()` returns the forward, delta, dK/dV and dQ kernels, the three big ones
+wrapped in autotuners whose tile configs suit the device found (`configs()`).
+
+Design decisions (the full list is in `flash.py`'s docstring):
+- This module imports triton at its top, so `flash.py` imports it only inside its
+  launchers: importing `mlinfra_lab.attention` stays cheap, and on a machine without a GPU
+  `runtime.ensure_triton_mode()` has switched the CPU interpreter on before triton loads.
+- Every loop comes in a masked and an unmasked flavour (the ``MASKED`` constexpr): the
+  compiler removes the masks from the full tiles, where they would only cost instructions.
+- Pointers are plain ``base + row * stride + col`` with masks (no block pointers or
+  tensor descriptors), which the interpreter and every GPU generation accept.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import torch
+
+from mlinfra_lab import runtime
+
+runtime.ensure_triton_mode()
+
+import triton  # noqa: E402  (after the interpreter switch, deliberately)
+import triton.language as tl  # noqa: E402
+
+__all__ = ["configs", "kernels"]
+
+
+
+@triton.jit
+def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, n_k, qk_scale,
+               stride_n, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+               HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+               PRECISION: tl.constexpr):
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = d_ok[None, :]
+        if MASKED:
+            kv_mask = kv_mask & (offs_n[:, None] < n_k)
+        k = tl.load(k_base + offs_n[:, None] * stride_n + offs_d[None, :], mask=kv_mask, other=0.0)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N) fp32
+        if MASKED:
+            ok = offs_n[None, :] < n_k
+            if CAUSAL:
+                ok = ok & (offs_m[:, None] >= offs_n[None, :])
+            qk = tl.where(ok, qk * qk_scale, float("-inf"))
+        else:
+            qk = qk * qk_scale
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.math.exp2(m_i - m_new)  # correction of the old statistics
+        p = tl.math.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + offs_n[:, None] * stride_n + offs_d[None, :], mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+@triton.jit
+def _fwd_kernel(Q, K, V, Out, LSE, n_q, n_k, qk_scale, stride_bh_q, stride_bh_k,
+                stride_n, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+                BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                PRECISION: tl.constexpr):
+    start_m = tl.program_id(0)
+    off_bh = tl.program_id(1).to(tl.int64)
+    q_base = Q + off_bh * stride_bh_q
+    k_base = K + off_bh * stride_bh_k
+    v_base = V + off_bh * stride_bh_k
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_mask = (offs_m[:, None] < n_q) & (offs_d[None, :] < HEAD_DIM)
+    q = tl.load(q_base + offs_m[:, None] * stride_n + offs_d[None, :], mask=q_mask, other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if CAUSAL:  # full tiles left of the diagonal, then the diagonal tiles, masked
+        lo_masked = start_m * BLOCK_M
+        hi_masked = tl.minimum((start_m + 1) * BLOCK_M, n_k)
+    else:  # full tiles, then the tail tile past the last multiple of BLOCK_N
+        lo_masked = n_k - n_k % BLOCK_N
+        hi_masked = n_k
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, 0, lo_masked,
+                               n_k, qk_scale, stride_n, BLOCK_N, BLOCK_D, HEAD_DIM,
+                               False, CAUSAL, PRECISION)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, lo_masked,
+                               hi_masked, n_k, qk_scale, stride_n, BLOCK_N, BLOCK_D,
+                               HEAD_DIM, True, CAUSAL, PRECISION)
+    acc = acc / l_i[:, None]
+    tl.store(LSE + off_bh * n_q + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < n_q)
+    tl.store(Out + off_bh * stride_bh_q + offs_m[:, None] * stride_n + offs_d[None, :],
+             acc.to(Out.dtype.element_ty), mask=q_mask)
+
+@triton.jit
+def _bwd_delta_kernel(Out, DO, DELTA, n_q, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                      BLOCK_M: tl.constexpr):
+    off_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    off_bh = tl.program_id(1).to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (off_m[:, None] < n_q) & (offs_d[None, :] < HEAD_DIM)
+    ptrs = off_bh * n_q * HEAD_DIM + off_m[:, None] * HEAD_DIM + offs_d[None, :]
+    o = tl.load(Out + ptrs, mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(DO + ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(DELTA + off_bh * n_q + off_m, tl.sum(o * do, 1), mask=off_m < n_q)
+
+@triton.jit
+def _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n, lo, hi,
+                n_q, qk_scale, stride_n, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                PRECISION: tl.constexpr):
+    offs_d = tl.arange(0, BLOCK_D)
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q_mask = offs_d[None, :] < HEAD_DIM
+        if MASKED:
+            q_mask = q_mask & (offs_m[:, None] < n_q)
+        q = tl.load(q_base + offs_m[:, None] * stride_n + offs_d[None, :], mask=q_mask, other=0.0)
+        do = tl.load(do_base + offs_m[:, None] * stride_n + offs_d[None, :], mask=q_mask, other=0.0)
+        if MASKED:
+            lse = tl.load(lse_base + offs_m, mask=offs_m < n_q, other=0.0)
+            delta = tl.load(delta_base + offs_m, mask=offs_m < n_q, other=0.0)
+        else:
+            lse = tl.load(lse_base + offs_m)
+            delta = tl.load(delta_base + offs_m)
+        qk_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M)
+        p_t = tl.math.exp2(qk_t * qk_scale - lse[None, :])
+        if MASKED:
+            ok = offs_m[None, :] < n_q
+            if CAUSAL:
+                ok = ok & (offs_m[None, :] >= offs_n[:, None])
+            p_t = tl.where(ok, p_t, 0.0)
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+    return dk, dv
+
+@triton.jit
+def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, n_q, n_k, qk_scale, sm_scale,
+                     stride_bh_q, stride_bh_k, stride_n, CAUSAL: tl.constexpr,
+                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     PRECISION: tl.constexpr):
+    start_n = tl.program_id(0) * BLOCK_N
+    off_bh = tl.program_id(1).to(tl.int64)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    kv_mask = (offs_n[:, None] < n_k) & (offs_d[None, :] < HEAD_DIM)
+    kv_off = off_bh * stride_bh_k + offs_n[:, None] * stride_n + offs_d[None, :]
+    k = tl.load(K + kv_off, mask=kv_mask, other=0.0)
+    v = tl.load(V + kv_off, mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    q_base = Q + off_bh * stride_bh_q
+    do_base = DO + off_bh * stride_bh_q
+    lse_base = LSE + off_bh * n_q
+    delta_base = DELTA + off_bh * n_q
+    full_hi = n_q - n_q % BLOCK_M
+    if CAUSAL:  # queries below this key tile: first the diagonal tiles, masked
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n,
+                             start_n, tl.minimum(start_n + BLOCK_N, n_q), n_q, qk_scale,
+                             stride_n, BLOCK_M, BLOCK_D, HEAD_DIM, True, CAUSAL, PRECISION)
+        body_lo = start_n + BLOCK_N
+    else:
+        body_lo = 0
+    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n,
+                         body_lo, full_hi, n_q, qk_scale, stride_n, BLOCK_M, BLOCK_D,
+                         HEAD_DIM, False, CAUSAL, PRECISION)
+    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n,
+                         tl.maximum(body_lo, full_hi), n_q, n_q, qk_scale, stride_n,
+                         BLOCK_M, BLOCK_D, HEAD_DIM, True, CAUSAL, PRECISION)
+    tl.store(DK + kv_off, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + kv_off, dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+@triton.jit
+def _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo, hi, n_k, qk_scale,
+              stride_n, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+              HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+              PRECISION: tl.constexpr):
+    offs_d = tl.arange(0, BLOCK_D)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = offs_d[None, :] < HEAD_DIM
+        if MASKED:
+            kv_mask = kv_mask & (offs_n[:, None] < n_k)
+        k = tl.load(k_base + offs_n[:, None] * stride_n + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_n + offs_d[None, :], mask=kv_mask, other=0.0)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        p = tl.math.exp2(qk * qk_scale - lse[:, None])
+        if MASKED:
+            ok = offs_n[None, :] < n_k
+            if CAUSAL:
+                ok = ok & (offs_m[:, None] >= offs_n[None, :])
+            p = tl.where(ok, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+    return dq
+
+@triton.jit
+def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, n_q, n_k, qk_scale, sm_scale,
+                   stride_bh_q, stride_bh_k, stride_n, CAUSAL: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+    start_m = tl.program_id(0) * BLOCK_M
+    off_bh = tl.program_id(1).to(tl.int64)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_mask = (offs_m[:, None] < n_q) & (offs_d[None, :] < HEAD_DIM)
+    q_off = off_bh * stride_bh_q + offs_m[:, None] * stride_n + offs_d[None, :]
+    q = tl.load(Q + q_off, mask=q_mask, other=0.0)
+    do = tl.load(DO + q_off, mask=q_mask, other=0.0)
+    lse = tl.load(LSE + off_bh * n_q + offs_m, mask=offs_m < n_q, other=0.0)
+    delta = tl.load(DELTA + off_bh * n_q + offs_m, mask=offs_m < n_q, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    k_base = K + off_bh * stride_bh_k
+    v_base = V + off_bh * stride_bh_k
+    if CAUSAL:
+        lo_masked = start_m
+        hi_masked = tl.minimum(start_m + BLOCK_M, n_k)
+    else:
+        lo_masked = n_k - n_k % BLOCK_N
+        hi_masked = n_k
+    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, 0, lo_masked, n_k,
+                   qk_scale, stride_n, BLOCK_N, BLOCK_D, HEAD_DIM, False, CAUSAL, PRECISION)
+    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo_masked, hi_masked,
+                   n_k, qk_scale, stride_n, BLOCK_N, BLOCK_D, HEAD_DIM, True, CAUSAL,
+                   PRECISION)
+    tl.store(DQ + q_off, (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
+
+
+def configs() -> tuple[list[Any], list[Any]]:
+    """Tile configs: BLOCK_M must be a multiple of BLOCK_N (forward and dq diagonal) and
+    BLOCK_N a multiple of BLOCK_M in dk/dv; the backward lists keep them equal or 2x."""
+
+    def cfg(bm: int, bn: int, warps: int, stages: int) -> Any:
+        return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
+
+    if runtime.triton_interpreted():
+        return [cfg(32, 16, 4, 1)], [cfg(16, 16, 4, 1)]
+    major, _ = torch.cuda.get_device_capability()
+    if major == 9:  # Hopper: big tiles, deep pipelines, 8 warps (two warpgroups)
+        fwd = [cfg(128, bn, 8, s) for bn in (64, 128) for s in (2, 3, 4)]
+        fwd += [cfg(64, 64, 4, 3)]
+        bwd = [cfg(bm, bn, w, s) for bm, bn in ((64, 64), (128, 128)) for w in (4, 8)
+               for s in (2, 3)]
+        return fwd, bwd
+    return [cfg(64, 32, 4, 2), cfg(64, 64, 4, 2)], [cfg(32, 32, 4, 2), cfg(64, 64, 4, 2)]
+
+
+@cache
+def kernels() -> dict[str, Any]:
+    """The kernels, autotuned over `configs()` keyed on the shape that changes the best tile."""
+    fwd_cfg, bwd_cfg = configs()
+    key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL"]
+    return {
+        "fwd": triton.autotune(fwd_cfg, key=key)(_fwd_kernel),
+        "delta": _bwd_delta_kernel,
+        "dkdv": triton.autotune(bwd_cfg, key=key)(_bwd_dkdv_kernel),
+        "dq": triton.autotune(bwd_cfg, key=key)(_bwd_dq_kernel),
+    }

@@ -1,0 +1,149 @@
+"""FlashAttention-2 in Triton: one fused kernel forward, two fused kernels backward.
+
+Contract: ``flash_attention(q, k, v, causal=False, sm_scale=None)`` returns
+``softmax(q k^T * scale) v`` for ``[batch, heads, seq, head_dim]`` inputs and is
+differentiable in q, k and v; the ``seq x seq`` matrix never exists in device memory.
+
+Design decisions:
+- Forward (`_fwd_kernel`): one program per ``BLOCK_M`` queries of one (batch, head).
+  Q stays in registers; K and V stream through in ``BLOCK_N`` tiles; the two matmuls are
+  ``tl.dot`` on Tensor Cores in the input dtype with float32 accumulators; the softmax
+  statistics (running max ``m`` and sum ``l``) are float32 and use ``exp2`` with the
+  scale folded into ``log2(e) * sm_scale`` (one FMA per score). The program writes O and
+  the row log-sum-exp (in base 2), the only state the backward pass keeps.
+- Masking costs instructions, so each loop is split: full tiles strictly inside the valid
+  region run without masks; only the tail tile (sequence length not a multiple of the
+  tile) and, when causal, the tiles on the diagonal run masked. Causal programs stop at
+  the diagonal: no fully masked tile is loaded.
+- Head dims that are not powers of two (80, 96) are padded to the next power of two in
+  registers (``BLOCK_D``) with masked loads; memory is not padded or copied.
+- Backward (FA2): a small kernel computes ``delta = rowsum(dO * O)``; `_bwd_dkdv_kernel`
+  (one program per key tile, streaming queries) and `_bwd_dq_kernel` (one program per
+  query tile, streaming keys) each recompute the probabilities from the saved
+  log-sum-exp, so no atomics are needed and query and key lengths may differ.
+- Float32 inputs use IEEE-precision dots (not TF32), so fp32 results are fp32-accurate.
+- Tile sizes: autotuned over a Hopper list on compute capability 9.x, a small list on
+  other GPUs, and one small fixed tile under the CPU interpreter (fast to interpret and
+  small enough that tests with 17 or 100 tokens still cross several tiles).
+
+Caveats: causal attention needs equal query and key lengths (`_checks`). The backward
+pass recomputes ``QK^T`` twice (once per backward kernel): 5 matmuls of work become 6.
+The interpreter has no bfloat16.
+
+References: Dao, "FlashAttention-2" (2023); the Triton tutorial "Fused Attention"
+(06-fused-attention.py), whose exp2 trick and loop split this kernel follows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from mlinfra_lab import runtime
+from mlinfra_lab.attention._checks import check_kernel_inputs
+
+__all__ = ["flash_attention", "flash_attention_lse"]
+
+LOG2E = 1.4426950408889634
+
+
+def _kernels() -> dict[str, Any]:
+    from mlinfra_lab.attention._flash_kernels import kernels  # imports triton: on use only
+
+    return kernels()
+
+
+def _block_d(head_dim: int) -> int:
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def _precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+             sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the forward kernel; returns O and the base-2 LSE ``[B*H, Nq]`` (fp32)."""
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
+    o = torch.empty_like(q)
+    lse = torch.empty((b * h, n_q), device=q.device, dtype=torch.float32)
+    grid = lambda meta: (_cdiv(n_q, meta["BLOCK_M"]), b * h)  # noqa: E731
+    _kernels()["fwd"][grid](
+        q, k, v, o, lse, n_q, n_k, sm_scale * LOG2E, n_q * d, n_k * d, d,
+        CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype),
+    )
+    return o, lse
+
+
+def _backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              o: torch.Tensor, lse: torch.Tensor, causal: bool, sm_scale: float
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    do = do.contiguous()
+    assert do.shape == o.shape and do.dtype == o.dtype
+    kern = _kernels()
+    delta = torch.empty_like(lse)
+    kern["delta"][(_cdiv(n_q, 64), b * h)](
+        o, do, delta, n_q, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=64)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype))
+    args = (n_q, n_k, sm_scale * LOG2E, sm_scale, n_q * d, n_k * d, d)
+    kern["dkdv"][lambda m: (_cdiv(n_k, m["BLOCK_N"]), b * h)](
+        q, k, v, do, lse, delta, dk, dv, *args, **common)
+    kern["dq"][lambda m: (_cdiv(n_q, m["BLOCK_M"]), b * h)](
+        q, k, v, do, lse, delta, dq, *args, **common)
+    return dq, dk, dv
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class _FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        o, lse = _forward(q, k, v, causal, sm_scale)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx: Any, do: torch.Tensor, _dlse: torch.Tensor) -> tuple[Any, ...]:
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None
+
+
+def flash_attention_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`flash_attention` that also returns the float32 row log-sum-exp ``[B, H, Nq]``
+    (natural log of the scaled scores, as `tiled_attention(..., return_lse=True)`)."""
+    runtime.ensure_triton_mode()  # before the first triton import, when there is no GPU
+    b, h, n_q, _, d = check_kernel_inputs(q, k, v, causal, runtime.triton_interpreted())
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    o, lse2 = _FlashAttention.apply(q, k, v, bool(causal), scale)
+    return o, (lse2 / LOG2E).view(b, h, n_q)
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> torch.Tensor:
+    """Fused attention (Triton), differentiable; ``[B, H, N, D]`` in, ``[B, H, Nq, D]`` out."""
+    return flash_attention_lse(q, k, v, causal, sm_scale)[0]

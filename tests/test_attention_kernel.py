@@ -1,0 +1,136 @@
+"""Chapter 1 kernel: `flash_attention` (Triton; the CPU interpreter here) against float64.
+
+The bar, from the issue: for the output and each gradient, our error against a float64
+reference is at most twice the error of eager PyTorch in the same dtype, plus a small
+floor. Outputs and gradients are poisoned with NaN first, so an element the kernel never
+writes fails. Sizes are tiny: the interpreter runs every program in numpy.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mlinfra_lab import runtime
+from mlinfra_lab.attention import (
+    AttentionInputError,
+    flash_attention,
+    flash_attention_lse,
+    naive_attention,
+    tiled_attention,
+)
+
+pytestmark = pytest.mark.attention
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+# (batch, heads, seq_q, seq_k, head_dim, causal, dtype): seq 1/17/100/257, head dims
+# 16..128 and 80/96, different query/key lengths, tails that are not a multiple of a tile.
+CASES = [
+    (1, 1, 1, 1, 16, False, torch.float32),
+    (1, 2, 1, 1, 64, True, torch.float16),
+    (2, 3, 17, 17, 16, False, torch.float32),
+    (2, 3, 17, 17, 32, True, torch.float16),
+    (1, 2, 100, 100, 80, True, torch.float16),
+    (1, 2, 100, 100, 64, False, torch.float32),
+    (1, 1, 257, 257, 16, True, torch.float16),
+    (1, 1, 257, 257, 32, False, torch.float16),
+    (1, 1, 33, 100, 128, False, torch.float16),
+    (1, 1, 100, 17, 96, False, torch.float32),
+    (2, 1, 64, 64, 128, True, torch.float16),
+]
+
+
+def _rms(x: torch.Tensor) -> float:
+    return x.double().pow(2).mean().sqrt().item()
+
+
+def _check(name: str, ours: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor, dtype) -> None:
+    assert not torch.isnan(ours).any(), f"{name}: NaN in the kernel's result (unwritten element?)"
+    err, eager_err = _rms(ours.double() - ref), _rms(eager.double() - ref)
+    floor = 2 * torch.finfo(dtype).eps * max(_rms(ref), 1.0)
+    assert err <= 2 * eager_err + floor, (
+        f"{name}: rms error {err:.3e} > 2 x eager {eager_err:.3e} + floor {floor:.1e}"
+    )
+
+
+def _poison_allocations(monkeypatch) -> None:
+    """The launchers allocate O, dQ, dK, dV and delta with torch.empty_like: fill those
+    with NaN, so an element the kernels never write shows up as NaN in the result."""
+    real_empty_like = torch.empty_like
+
+    def poisoned(t, *args, **kwargs):
+        out = real_empty_like(t, *args, **kwargs)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+
+    monkeypatch.setattr(torch, "empty_like", poisoned)
+
+
+def _grads(fn, q, k, v, do, causal):
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    out = fn(*leaves, causal=causal)
+    out.backward(do.to(out.dtype))
+    return [out.detach()] + [x.grad for x in leaves]
+
+
+@pytest.mark.parametrize("b,h,n_q,n_k,d,causal,dtype", CASES)
+def test_flash_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monkeypatch):
+    _poison_allocations(monkeypatch)
+    if DEVICE == "cpu" and dtype == torch.bfloat16:
+        pytest.skip("the interpreter has no bfloat16")
+    g = torch.Generator().manual_seed(1000 * n_q + d)  # fresh inputs per case
+    q, k, v = (torch.randn(b, h, n, d, generator=g) for n in (n_q, n_k, n_k))
+    do = torch.randn(b, h, n_q, d, generator=g)
+    q, k, v, do = (x.to(DEVICE, dtype) for x in (q, k, v, do))
+    ours = _grads(flash_attention, q, k, v, do, causal)
+    eager = _grads(naive_attention, q, k, v, do, causal)
+    ref = _grads(naive_attention, *(x.double() for x in (q, k, v, do)), causal)
+    for name, a, e, r in zip(("out", "dq", "dk", "dv"), ours, eager, ref, strict=True):
+        _check(name, a, e, r, dtype)
+
+
+def test_poisoning_is_active(monkeypatch):
+    _poison_allocations(monkeypatch)
+    assert torch.isnan(torch.empty_like(torch.zeros(3))).all()
+
+
+def test_flash_writes_every_output_element(monkeypatch):
+    _poison_allocations(monkeypatch)
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 2, 45, 48, generator=g).to(DEVICE) for _ in range(3))
+    for causal in (False, True):
+        out = flash_attention(q, k, v, causal=causal)
+        assert not torch.isnan(out).any(), "some output elements were never written"
+        torch.testing.assert_close(out, naive_attention(q, k, v, causal), rtol=1e-4, atol=1e-4)
+
+
+def test_lse_matches_tiled_reference():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 40, 32, generator=g).to(DEVICE) for _ in range(3))
+    _, lse = flash_attention_lse(q, k, v, causal=True, sm_scale=0.5)
+    _, ref = tiled_attention(q, k, v, causal=True, sm_scale=0.5, return_lse=True)
+    assert lse.dtype == torch.float32 and lse.shape == (1, 2, 40)
+    torch.testing.assert_close(lse, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "shape_k,dtype,kwargs,match",
+    [
+        ((1, 1, 8, 8), torch.float32, {}, "not supported"),  # head dim 8 < 16
+        ((1, 1, 8, 256), torch.float32, {}, "not supported"),
+        ((1, 1, 9, 32), torch.float32, {"causal": True}, "causal"),
+    ],
+)
+def test_flash_input_errors(shape_k, dtype, kwargs, match):
+    q = torch.zeros(1, 1, 8, shape_k[-1], dtype=dtype, device=DEVICE)
+    k = torch.zeros(shape_k, dtype=dtype, device=DEVICE)
+    with pytest.raises(AttentionInputError, match=match):
+        flash_attention(q, k, k, **kwargs)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="interpreter-only limit")
+def test_interpreter_refuses_bfloat16_with_advice():
+    runtime.ensure_triton_mode()
+    x = torch.zeros(1, 1, 4, 16, dtype=torch.bfloat16)
+    with pytest.raises(AttentionInputError, match="float16 or float32"):
+        flash_attention(x, x, x)
