@@ -1,0 +1,38 @@
+"""Exceptions of the lab-grading tools, each with a message that says what to do.
+
+Contract: every failure the grading tools can explain raises a subclass of `GradingError`;
+the command line prints its message on one line. Problems with one *submission* (a file
+that is not a notebook, a notebook of an unknown lab) are not raised out of
+`grade_submissions`: they are collected as `SubmissionProblem` records so the rest of the
+batch is still graded.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ExecutionError",
+    "GradingError",
+    "MarkerError",
+    "SourceLabError",
+    "SubmissionError",
+]
+
+
+class GradingError(Exception):
+    """Base class of everything the grading tools raise on purpose."""
+
+
+class MarkerError(GradingError):
+    """A lab's solution/hidden-test markers or grader metadata are malformed (instructor fix)."""
+
+
+class SourceLabError(GradingError):
+    """The instructor's source labs cannot be found or read."""
+
+
+class SubmissionError(GradingError):
+    """One submission cannot be graded (not a notebook, unknown lab, missing path)."""
+
+
+class ExecutionError(GradingError):
+    """The nbval run itself could not start (pytest or nbval missing, kernel not installed)."""

@@ -1,0 +1,155 @@
+"""Grade lab submissions: restore the graders, run nbval, score each grader cell.
+
+Contract: `grade_submissions(paths, source, config)` returns a `GradeReport`: per submission,
+each source grader cell's points if the cell ran without an exception, else 0 with the
+assertion message; inputs that cannot be graded are listed in ``report.problems`` (one line
+each) and never stop the batch. Nothing is written; `write_gradebook` does that.
+
+Design decisions:
+- The score of a grader is all or nothing: the cell passed (points) or not (0). Partial
+  credit is several grader cells sharing one exercise.
+- A grader that did not run (the kernel died, the batch's safety timeout) scores 0 with a
+  message saying so, like a failed one: a submission "scores what passed".
+- All submissions run in one nbval batch (see `execute`); the prepared notebooks live in a
+  temporary folder, one sub-folder each, so every kernel starts in its own empty folder.
+- A notebook whose lab has no grader cells is graded to 0 of 0 and listed with a warning,
+  not a problem: placeholder labs exist while the course is being written.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .execute import CellOutcome, ExecutionConfig, run_notebooks
+from .restore import restore_graders
+from .submissions import SubmissionProblem, find_submissions, load_source_labs
+
+__all__ = ["CellResult", "GradeConfig", "GradeReport", "GradeResult", "grade_submissions"]
+
+GradeConfig = ExecutionConfig  # the grading knobs are the execution knobs (per-cell timeout)
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """The score of one grader cell in one submission."""
+
+    cell_id: str
+    exercise: str
+    points: float
+    max_points: float
+    passed: bool
+    message: str  # why it failed, and/or what was restored; "" when it simply passed
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """The graded cells of one submission."""
+
+    student: str
+    lab: str
+    submission: str  # path as given
+    cells: tuple[CellResult, ...]
+
+    @property
+    def points(self) -> float:
+        return sum(c.points for c in self.cells)
+
+    @property
+    def max_points(self) -> float:
+        return sum(c.max_points for c in self.cells)
+
+    def exercises(self) -> dict[str, tuple[float, float, str]]:
+        """Per exercise, in lab order: (points, max, messages joined by ' | ')."""
+        rows: dict[str, list] = {}
+        for c in self.cells:
+            row = rows.setdefault(c.exercise, [0.0, 0.0, []])
+            row[0] += c.points
+            row[1] += c.max_points
+            if c.message:
+                row[2].append(c.message)
+        return {ex: (p, m, " | ".join(msgs)) for ex, (p, m, msgs) in rows.items()}
+
+
+@dataclass(frozen=True)
+class GradeReport:
+    """Everything one `grade_submissions` call found."""
+
+    results: tuple[GradeResult, ...]
+    problems: tuple[SubmissionProblem, ...]
+    warnings: tuple[str, ...] = ()
+    config: ExecutionConfig = field(default_factory=ExecutionConfig)
+
+    @property
+    def ok(self) -> bool:
+        """True when every input could be graded (scores do not matter here)."""
+        return not self.problems
+
+    def as_dict(self) -> dict:
+        return {
+            "config": asdict(self.config),
+            "results": [asdict(r) | {"points": r.points, "max": r.max_points}
+                        for r in self.results],
+            "problems": [asdict(p) for p in self.problems],
+            "warnings": list(self.warnings),
+        }
+
+
+def _score(outcome: CellOutcome | None, points: float, note: str) -> tuple[float, bool, str]:
+    if outcome is None:
+        message = "not run: the notebook stopped before this grader cell"
+    elif outcome.passed:
+        return points, True, note
+    else:
+        message = outcome.message or f"grader cell {outcome.outcome}"
+    return 0.0, False, f"{message}; {note}" if note else message
+
+
+def grade_submissions(
+    submissions: Sequence[Path | str],
+    source: Path | str,
+    config: ExecutionConfig | None = None,
+    progress: bool = False,
+) -> GradeReport:
+    """Grade `submissions` (notebooks or folders of them) against the labs of `source`."""
+    import nbformat
+
+    config = config or ExecutionConfig()
+    labs = load_source_labs(source)
+    found, problems = find_submissions(submissions, labs)
+    warnings = [f"{s.path}: lab '{s.lab}' has no grader cells; scored 0 of 0"
+                for s in found if not labs[s.lab].graders]
+    with tempfile.TemporaryDirectory(prefix="mlinfra-grade-") as tmp:
+        prepared, notes = [], []
+        for k, sub in enumerate(found):
+            nb, note = restore_graders(sub.notebook, labs[sub.lab])
+            path = Path(tmp) / f"{k:04d}" / f"{sub.lab}.ipynb"
+            path.parent.mkdir()
+            nbformat.write(nb, str(path))
+            prepared.append(path.resolve())
+            notes.append(note)
+        total = sum(sum(1 for c in nbformat.read(str(p), 4).cells if c.cell_type == "code")
+                    for p in prepared)
+        bar = None
+        if progress and prepared:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, desc=f"grading {len(prepared)} notebooks", unit="cell")
+        try:
+            outcomes = run_notebooks(prepared, config, total_cells=total,
+                                     on_cell=(lambda _p, _o: bar.update(1)) if bar else None)
+        finally:
+            if bar is not None:
+                bar.close()
+    results = []
+    for sub, path, note in zip(found, prepared, notes, strict=True):
+        ran = outcomes.get(path, {})
+        cells = []
+        for g in labs[sub.lab].graders:
+            points, passed, message = _score(ran.get(g.cell_id), g.points,
+                                             note[g.cell_id].message)
+            cells.append(CellResult(g.cell_id, g.exercise, points, g.points, passed, message))
+        results.append(GradeResult(sub.student, sub.lab, str(sub.path), tuple(cells)))
+    return GradeReport(tuple(results), tuple(problems), tuple(warnings), config)

@@ -1,0 +1,164 @@
+"""Release, markers, grader restoration and validation of labs (issue 2).
+
+The release and restore tests run in-process on the warm-up lab (no kernel); the validate
+tests run nbval: the real warm-up (source and release), and a tiny lab built here whose
+graders are broken on purpose.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from mlinfra_lab.cli import main
+from mlinfra_lab.grading import (
+    MarkerError,
+    grader_cells,
+    load_source_labs,
+    release_node,
+    release_notebook,
+    replace_solutions,
+    restore_graders,
+)
+
+pytestmark = pytest.mark.grading
+
+REPO = Path(__file__).resolve().parents[1]
+WARMUP = REPO / "labs" / "00_warmup.ipynb"
+
+
+def _cell(nb, cell_id):
+    return next(c for c in nb.cells if c.get("id") == cell_id)
+
+
+def test_warmup_has_graded_exercises_with_hidden_tests():
+    graders = grader_cells(nbformat.read(str(WARMUP), as_version=4), "00_warmup")
+    assert [g.exercise for g in graders] == ["stable_softmax", "logsumexp", "log_softmax"]
+    assert sum(g.points for g in graders) == 7
+    assert any(g.has_hidden for g in graders)
+
+
+def test_release_strips_solutions_and_hidden_tests_and_clears_outputs(tmp_path):
+    source = nbformat.read(str(WARMUP), as_version=4)
+    # give the source an output and a count, to prove the release clears them
+    cell = _cell(source, "naive-demo")
+    cell.outputs, cell.execution_count = [new_output("stream", name="stdout", text="x")], 3
+    src = tmp_path / "00_warmup.ipynb"
+    nbformat.write(source, str(src))
+    out = release_notebook(src, tmp_path / "release")
+    released = nbformat.read(str(out), as_version=4)
+
+    text = "\n".join(c.source for c in released.cells)
+    for marker in ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS"):
+        assert marker not in text
+    assert "shifted = x - x.max" not in text, "a solution line leaked into the release"
+    assert "not log(softmax(x))" not in text, "a hidden test leaked into the release"
+    stub = _cell(released, "softmax-solution").source.splitlines()
+    assert stub == ["def stable_softmax(x, axis=-1):",
+                    '    raise NotImplementedError("stable_softmax: write your solution here")']
+    assert all(c.outputs == [] and c.execution_count is None
+               for c in released.cells if c.cell_type == "code")
+    assert released.metadata["mlinfra"]["lab"] == "00_warmup"
+    assert [c.id for c in released.cells] == [c.id for c in source.cells]
+    for g in grader_cells(source, "00_warmup"):
+        cell = _cell(released, g.cell_id)
+        assert cell.metadata["tags"] == ["grader"]
+        assert cell.metadata["points"] == g.points and cell.metadata["exercise"] == g.exercise
+        digest = hashlib.sha256(g.source.encode()).hexdigest()
+        assert cell.metadata["checksum"] == f"sha256:{digest}"
+        assert cell.source == g.visible
+    nbformat.validate(released)
+
+
+def test_release_command_writes_every_lab_of_a_folder(tmp_path, capsys):
+    assert main(["release", str(REPO / "labs"), str(tmp_path)]) == 0
+    assert (tmp_path / "00_warmup.ipynb").is_file()
+    assert "released" in capsys.readouterr().out
+
+
+def test_solution_stub_keeps_the_span_indentation():
+    src = "def f():\n    x = 1\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n"
+    assert replace_solutions(src, "ex1") == (
+        'def f():\n    x = 1\n    raise NotImplementedError("ex1: write your solution here")')
+
+
+@pytest.mark.parametrize("source, metadata, match", [
+    ("### BEGIN SOLUTION\nx = 1", {}, "never closed"),
+    ("x = 1\n### END HIDDEN TESTS", {"tags": ["grader"], "points": 1, "exercise": "e"},
+     "without a"),
+    ("assert True", {"tags": ["grader"], "exercise": "e"}, "'points' must be a number"),
+    ("assert True", {"tags": ["grader"], "points": 1}, "'exercise' must name"),
+    ("### BEGIN HIDDEN TESTS\nassert 1\n### END HIDDEN TESTS", {}, "only sit in a grader"),
+])
+def test_malformed_markers_raise_an_error_naming_the_cell(source, metadata, match):
+    cell = new_code_cell(source, metadata=metadata)
+    cell.id = "bad-cell"
+    with pytest.raises(MarkerError, match=match) as info:
+        release_node(new_notebook(cells=[cell]), "lab")
+    assert "bad-cell" in str(info.value)
+
+
+def test_restore_replaces_edited_graders_and_reinserts_deleted_ones():
+    lab = load_source_labs(WARMUP)["00_warmup"]
+    sub = release_node(lab.notebook, "00_warmup")
+    _cell(sub, "softmax-grader").source = "pass"
+    sub.cells = [c for c in sub.cells if c.id != "lse-grader"]
+    restored, notes = restore_graders(sub, lab)
+    assert [c.id for c in restored.cells] == [c.id for c in lab.notebook.cells]
+    for g in lab.graders:  # full source text, hidden tests included
+        assert _cell(restored, g.cell_id).source == g.source
+    assert {k: n.status for k, n in notes.items()} == {
+        "softmax-grader": "edited", "lse-grader": "deleted", "logsoftmax-grader": "as released"}
+    assert notes["logsoftmax-grader"].message == ""
+
+
+def _tiny_lab(path: Path, graders: dict[str, str]) -> Path:
+    """A lab with one solution cell and the given grader cells (id -> source), no torch."""
+    solution = new_code_cell(textwrap.dedent("""\
+        def double(x):
+            ### BEGIN SOLUTION
+            return 2 * x
+            ### END SOLUTION"""))
+    solution.id = "solution"
+    cells = [new_markdown_cell("# Tiny lab"), solution]
+    for cell_id, text in graders.items():
+        cell = new_code_cell(text, metadata={"tags": ["grader"], "points": 1,
+                                             "exercise": "double"})
+        cell.id = cell_id
+        cells.append(cell)
+    nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3",
+                                                            "display_name": "Python 3",
+                                                            "language": "python"}})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+    return path
+
+
+def test_validate_passes_on_the_warmup_lab(capsys):
+    assert main(["validate", str(WARMUP), "--timeout", "120"]) == 0
+    assert "ok: lab 00_warmup: 3 grader cells" in capsys.readouterr().out
+
+
+def test_validate_names_a_grader_that_cannot_fail_or_fails_on_the_source(tmp_path, capsys):
+    labs = tmp_path / "labs"
+    _tiny_lab(labs / "tiny.ipynb", {
+        "good-grader": "assert double(2) == 4, 'double(2) must be 4'",
+        "constant-grader": "assert 2 * 2 == 4, 'checks a constant'",
+        "wrong-grader": "assert double(2) == 5, 'wrong key'",
+    })
+    placeholder = new_notebook(cells=[new_markdown_cell("# Placeholder")])
+    nbformat.write(placeholder, str(labs / "placeholder.ipynb"))
+    assert main(["validate", str(labs), "--timeout", "60"]) == 1
+    err = capsys.readouterr().err
+    fails = [ln for ln in err.splitlines() if ln.startswith("FAIL:")]
+    assert len(fails) == 2, err
+    assert any("tiny" in ln and "double" in ln and "constant-grader" in ln
+               and "cannot fail" in ln for ln in fails), fails
+    assert any("wrong-grader" in ln and "fails on the source" in ln and "wrong key" in ln
+               for ln in fails), fails
+    assert "warning: lab placeholder: no grader cells" in err
