@@ -1,3 +1,109 @@
-"""Chapter package `mlinfra_lab.ci` (in progress)."""
+"""Chapter 3: CI for ML training code: seeded, tolerance-based, flake-hunting checks.
 
-__all__: list[str] = []
+The four CI tiers and the module that serves each:
+
+- fast unit tests, seeded: ``seeding`` (``seed_everything``, ``deterministic``) and the
+  pytest plugin ``pytest_plugin`` (``@pytest.mark.quarantine``, ``--update-references``)
+- environment reproducibility: ``lockfile`` (``check_lockfile``, ``write_lockfile``)
+- small integration training runs: ``train`` (``train_tiny``), ``references``
+  (``assert_close_to_reference``, ``assert_decreasing``), ``checkpoint``
+  (``checkpoint_roundtrip``)
+- artifact validation: ``artifacts`` (``validate_artifacts``)
+
+and, when a check turns out flaky, ``flaky`` (``detect_flaky``, ``find_unseeded_source``).
+Importing this package imports numpy/torch only when a function needs them.
+"""
+
+from mlinfra_lab.ci.artifacts import (
+    TRAIN_TINY_ARTIFACTS,
+    ArtifactError,
+    ArtifactReport,
+    validate_artifacts,
+)
+from mlinfra_lab.ci.checkpoint import CheckpointMismatch, CheckpointReport, checkpoint_roundtrip
+from mlinfra_lab.ci.flaky import (
+    BisectReport,
+    FlakyReport,
+    RunOutcome,
+    Trial,
+    detect_flaky,
+    find_unseeded_source,
+)
+from mlinfra_lab.ci.jsonfile import JsonFileError
+from mlinfra_lab.ci.lockfile import (
+    LockfileError,
+    LockReport,
+    Mismatch,
+    check_lockfile,
+    parse_lockfile,
+    write_lockfile,
+)
+from mlinfra_lab.ci.references import (
+    NotDecreasingError,
+    ReferenceFileError,
+    ReferenceMismatch,
+    assert_close_to_reference,
+    assert_decreasing,
+)
+from mlinfra_lab.ci.seeding import (
+    RNG_SOURCES,
+    derive_seed,
+    deterministic,
+    reseed,
+    seed_everything,
+)
+from mlinfra_lab.ci.train import (
+    PIN_SEED,
+    TRAIN_SOURCES,
+    Augment,
+    TrainConfig,
+    TrainResult,
+    train_tiny,
+    train_tiny_final_loss,
+)
+
+__all__ = [
+    # seeding and determinism
+    "RNG_SOURCES",
+    "derive_seed",
+    "deterministic",
+    "reseed",
+    "seed_everything",
+    # the tiny training run
+    "PIN_SEED",
+    "TRAIN_SOURCES",
+    "Augment",
+    "TrainConfig",
+    "TrainResult",
+    "train_tiny",
+    "train_tiny_final_loss",
+    # tolerance references and directional checks
+    "NotDecreasingError",
+    "ReferenceFileError",
+    "ReferenceMismatch",
+    "assert_close_to_reference",
+    "assert_decreasing",
+    # checkpoints and artifacts
+    "ArtifactError",
+    "ArtifactReport",
+    "CheckpointMismatch",
+    "CheckpointReport",
+    "JsonFileError",
+    "TRAIN_TINY_ARTIFACTS",
+    "checkpoint_roundtrip",
+    "validate_artifacts",
+    # environment lock
+    "LockReport",
+    "LockfileError",
+    "Mismatch",
+    "check_lockfile",
+    "parse_lockfile",
+    "write_lockfile",
+    # flake hunting
+    "BisectReport",
+    "FlakyReport",
+    "RunOutcome",
+    "Trial",
+    "detect_flaky",
+    "find_unseeded_source",
+]

@@ -1,9 +1,241 @@
-"""Command-line entry points of `mlinfra_lab.ci` (registered by `mlinfra_lab.cli`)."""
+"""Command-line entry points of `mlinfra_lab.ci` (registered by `mlinfra_lab.cli`).
+
+Contract: ``register(commands, bench)`` adds ``mlinfra-lab train`` (the tiny seeded run) and
+``mlinfra-lab ci ...`` (``check-lock``, ``lock``, ``validate``, ``flaky``, ``bisect``,
+``update-references``); handlers return an exit code, 1 when a check finds a problem, and
+raise `CommandError` for input the user must fix.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from mlinfra_lab.cli import CommandError
+
+DEFAULT_REFERENCE = Path("tests/references/train_tiny.json")
+
+
+def _augment_seed(text: str) -> str | int | None:
+    if text == "derived":
+        return "derived"
+    if text == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("use 'derived', 'none' or an integer") from None
+
+
+def _train(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from mlinfra_lab.ci.train import TrainConfig, train_tiny
+
+    config = TrainConfig(
+        steps=args.steps, examples=args.examples, seed=args.seed, augment_seed=args.augment_seed
+    )
+    with tqdm(total=config.steps, desc="train_tiny", unit="step") as bar:
+
+        def on_step(step: int, loss: float) -> None:
+            bar.set_postfix(loss=f"{loss:.4f}")
+            bar.update()
+            if args.verbose:
+                tqdm.write(f"step {step:3d}  loss {loss:.6f}")
+
+        result = train_tiny(config=config, out_dir=args.out, on_step=on_step)
+    print(f"final loss (step {config.steps}): {result.final_loss!r}")
+    print(f"seeds: {result.seeds}")
+    if args.out:
+        print(f"artifacts: {args.out}/checkpoint.pt, metrics.json, manifest.json")
+    return 0
+
+
+def _check_lock(args: argparse.Namespace) -> int:
+    from mlinfra_lab.ci.lockfile import LockfileError, check_lockfile
+
+    try:
+        report = check_lockfile(args.lock)
+    except LockfileError as err:
+        raise CommandError(str(err)) from None
+    print(report)
+    if args.show_extra:
+        for extra in report.extra:
+            print(f"  {extra}")
+    return 0 if report.ok else 1
+
+
+def _lock(args: argparse.Namespace) -> int:
+    from mlinfra_lab.ci.lockfile import write_lockfile
+
+    count = write_lockfile(args.lock)
+    print(f"{args.lock}: {count} packages pinned")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from mlinfra_lab.ci.artifacts import ArtifactError, validate_artifacts
+
+    try:
+        report = validate_artifacts(args.run_dir)
+    except ArtifactError as err:
+        raise CommandError(str(err)) from None
+    print(
+        f"{report.run_dir}: {', '.join(report.files)} valid; "
+        f"{report.manifest_entries} manifest entries match"
+    )
+    return 0
+
+
+def _flaky(args: argparse.Namespace) -> int:
+    import functools
+
+    from mlinfra_lab.ci.flaky import detect_flaky
+    from mlinfra_lab.ci.train import TrainConfig, train_tiny_final_loss
+
+    if args.target == "train":
+        target = functools.partial(
+            train_tiny_final_loss, TrainConfig(seed=args.seed, augment_seed=args.augment_seed)
+        )
+    else:
+        target = args.target
+    report = detect_flaky(target, runs=args.runs, atol=args.atol)
+    print(report)
+    return 1 if report.flaky else 0
+
+
+def _bisect(args: argparse.Namespace) -> int:
+    from mlinfra_lab.ci.flaky import find_unseeded_source
+    from mlinfra_lab.ci.train import TrainConfig
+
+    config = TrainConfig(seed=args.seed, augment_seed=args.augment_seed)
+    report = find_unseeded_source(config, runs=args.runs)
+    print(report)
+    return 0 if report.culprit is None else 1
+
+
+def _update_references(args: argparse.Namespace) -> int:
+    from mlinfra_lab.ci.references import assert_close_to_reference
+    from mlinfra_lab.ci.train import train_tiny
+
+    if not args.reason.strip():
+        raise CommandError("--reason must say why the references change")
+    result = train_tiny()
+    assert_close_to_reference(
+        "train_tiny.losses",
+        result.losses,
+        args.file,
+        atol=args.atol,
+        rtol=args.rtol,
+        update=args.reason,
+    )
+    print(
+        f"{args.file}: 'train_tiny.losses' rewritten ({len(result.losses)} steps, "
+        f"final {result.final_loss:.6f}) because: {args.reason}"
+    )
+    return 0
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """Add this chapter's sub-commands; nothing yet."""
+    """Add ``train`` and ``ci`` to the ``mlinfra-lab`` command."""
+    train = commands.add_parser(
+        "train",
+        help="run the tiny seeded training run CI uses (chapter 3)",
+        description="Train a small MLP on a 100-example synthetic set for a few steps, with "
+        "a seeded data augmentation; print the per-step loss and write checkpoint.pt, "
+        "metrics.json and manifest.json to --out.",
+    )
+    train.add_argument("--steps", type=int, default=20, help="SGD steps (default 20)")
+    train.add_argument("--examples", type=int, default=100, help="data set size (default 100)")
+    train.add_argument("--seed", type=int, default=0, help="the base seed (default 0)")
+    train.add_argument(
+        "--augment-seed",
+        type=_augment_seed,
+        default="derived",
+        help="'derived' (the fix, default), 'none' (the bug: augmentation seeded from OS "
+        "entropy) or an integer",
+    )
+    train.add_argument("--out", type=Path, default=None, help="directory for the artifacts")
+    train.add_argument("-v", "--verbose", action="store_true", help="print every step's loss")
+    train.set_defaults(func=_train)
+
+    ci = commands.add_parser(
+        "ci", help="CI checks: lock file, artifacts, flaky runs, references (chapter 3)"
+    )
+    sub = ci.add_subparsers(dest="ci_command", metavar="CHECK", required=True)
+
+    p = sub.add_parser(
+        "check-lock", help="compare requirements.lock with the installed packages; exit 1 on drift"
+    )
+    p.add_argument(
+        "lock",
+        nargs="?",
+        type=Path,
+        default=Path("requirements.lock"),
+        help="lock file (default requirements.lock)",
+    )
+    p.add_argument(
+        "--show-extra",
+        action="store_true",
+        help="also list installed packages missing from the lock",
+    )
+    p.set_defaults(func=_check_lock)
+
+    p = sub.add_parser(
+        "lock", help="write the installed packages as pinned name==version lines (make lock)"
+    )
+    p.add_argument(
+        "lock",
+        nargs="?",
+        type=Path,
+        default=Path("requirements.lock"),
+        help="lock file (default requirements.lock)",
+    )
+    p.set_defaults(func=_lock)
+
+    p = sub.add_parser("validate", help="check a train run's artifacts against their JSON schemas")
+    p.add_argument("run_dir", type=Path, help="the --out directory of `mlinfra-lab train`")
+    p.set_defaults(func=_validate)
+
+    p = sub.add_parser(
+        "flaky",
+        help="run a pytest node id (or 'train') several times in fresh processes; exit 1 if they disagree",
+    )
+    p.add_argument("target", help="pytest node id, e.g. tests/test_x.py::test_y, or 'train'")
+    p.add_argument("--runs", type=int, default=5, help="fresh processes (default 5)")
+    p.add_argument(
+        "--atol", type=float, default=0.0, help="values within atol agree (default exact)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="base seed for 'train'")
+    p.add_argument(
+        "--augment-seed",
+        type=_augment_seed,
+        default="derived",
+        help="for 'train': derived, none or an int",
+    )
+    p.set_defaults(func=_flaky)
+
+    p = sub.add_parser(
+        "bisect", help="name the random source of train_tiny that is not derived from the seed"
+    )
+    p.add_argument("--runs", type=int, default=2, help="fresh processes per trial (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    p.add_argument(
+        "--augment-seed", type=_augment_seed, default=None, help="default 'none': the bug"
+    )
+    p.set_defaults(func=_bisect)
+
+    p = sub.add_parser(
+        "update-references",
+        help="rerun train_tiny and rewrite its stored loss reference, recording why",
+    )
+    p.add_argument("--reason", required=True, help="why the reference changes (stored with it)")
+    p.add_argument(
+        "--file",
+        type=Path,
+        default=DEFAULT_REFERENCE,
+        help=f"reference file (default {DEFAULT_REFERENCE})",
+    )
+    p.add_argument("--atol", type=float, default=None, help="absolute tolerance to store")
+    p.add_argument("--rtol", type=float, default=None, help="relative tolerance to store")
+    p.set_defaults(func=_update_references)
