@@ -22,11 +22,13 @@ schema, db, query, access, lineage, retention, cache, artifacts, run.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
+import hashlib
 import io
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
@@ -157,12 +159,23 @@ class TrackingStore:
             with write_tx(self.engine) as c:
                 c.execute(S.audit_log.insert().values(**row))
 
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A write transaction; a denial inside it is audited after the rollback."""
+        try:
+            with write_tx(self.engine) as conn:
+                yield conn
+        except PermissionDenied as err:
+            self._audit(err.principal, err.action, err.project, None, False)
+            raise
+
     def _require(self, conn: Connection, project: str, user: str, level: Level, action: str,
                  target: Any = None) -> int:  # fmt: skip
         try:
             return access.require(conn, project, user, level, action)
         except PermissionDenied:
-            self._audit(user, action, project, target, False)
+            if not conn.get_execution_options().get("mlinfra_write"):  # else _write audits it
+                self._audit(user, action, project, target, False)
             raise
 
     def _upsert(self, table, keys: list[str], values: list[str], guard_step: bool = False):
@@ -205,7 +218,7 @@ class TrackingStore:
     def create_project(self, name: str, user: str | None = None) -> int:
         """Create project `name` (its creator becomes ADMIN); return its id. Idempotent for its ADMIN."""
         user = self._user(user)
-        with write_tx(self.engine) as conn:
+        with self._write() as conn:
             pid = conn.execute(select(S.projects.c.id).where(S.projects.c.name == name)).scalar()
             if pid is not None:
                 access.require(conn, name, user, Level.VIEW, "see")
@@ -219,7 +232,7 @@ class TrackingStore:
     def add_to_team(self, team: str, member: str, user: str | None = None) -> None:
         """Add `member` to `team`; a new team is created with `user` as its first member."""
         user = self._user(user)
-        with write_tx(self.engine) as conn:
+        with self._write() as conn:
             tid = conn.execute(select(S.principals.c.id).where(S.principals.c.name == team)).scalar()
             if tid is None:
                 tid = access.ensure_principal(conn, team, "team")
@@ -237,7 +250,7 @@ class TrackingStore:
     def grant(self, project: str, principal: str, level: Level | str, user: str | None = None) -> None:
         """Give `principal` (a user or a team) `level` on `project` (NONE revokes); needs ADMIN."""
         user, level = self._user(user), Level.parse(level)
-        with write_tx(self.engine) as conn:
+        with self._write() as conn:
             pid = self._require(conn, project, user, Level.ADMIN, "grant access", principal)
             row = conn.execute(select(S.principals.c.id).where(S.principals.c.name == principal)).scalar()
             prid = row if row is not None else access.ensure_principal(conn, principal)
@@ -258,7 +271,7 @@ class TrackingStore:
         """Record a dataset version (by reference) so runs can name it as an input; needs WRITE."""
         user = self._user(user)
         d = S.datasets
-        with write_tx(self.engine) as conn:
+        with self._write() as conn:
             pid = self._require(conn, project, user, Level.WRITE, "register datasets", name)
             row = conn.execute(select(d).where(d.c.project_id == pid, d.c.name == name, d.c.version == version)).first()
             if row is None:
@@ -282,7 +295,7 @@ class TrackingStore:
         if exists is None:
             self.create_project(project, user)
         nodes = [i if isinstance(i, str) else i.node for i in inputs]
-        with write_tx(self.engine) as conn:
+        with self._write() as conn:
             pid = self._require(conn, project, user, Level.WRITE, "start runs")
             for n, (ipid, _) in lineage.node_projects(conn, nodes).items():
                 if ipid is not None and access.effective_level(conn, ipid, user) < Level.VIEW:
@@ -310,7 +323,7 @@ class TrackingStore:
         with self.engine.connect() as conn:
             self._require(conn, run.project, run.user, Level.WRITE, "log artifacts", name)
         put = self.blobs.put(source)  # blob first: a failure here leaves no row
-        with write_tx(self.engine) as conn:
+        with self._write() as conn:
             aid = conn.execute(S.artifacts.insert().values(
                 run_id=run.id, name=name, kind=kind, step=step, uri=put.uri, sha256=put.sha256,
                 size=put.size, tier="hot", pinned=pinned, created_at=time.time())).inserted_primary_key[0]  # fmt: skip
@@ -434,8 +447,6 @@ class TrackingStore:
             self.uncached_reads += 1
             with open_uri(row.uri) as f:
                 data = f.read()
-            import hashlib
-
             actual = hashlib.sha256(data).hexdigest()
             if actual != row.sha256:
                 raise IntegrityError(artifact_id, row.sha256, actual, f"at {row.uri}")
@@ -454,7 +465,7 @@ class TrackingStore:
     def pin_artifact(self, artifact_id: int, pinned: bool = True, user: str | None = None) -> None:
         """Pin (promote) an artifact so retention never touches it; needs WRITE."""
         user, a = self._user(user), S.artifacts
-        with write_tx(self.engine) as conn:
+        with self._write() as conn:
             run_id = conn.execute(select(a.c.run_id).where(a.c.id == artifact_id)).scalar()
             if run_id is None:
                 raise NotFound(f"no artifact with id {artifact_id}")
@@ -524,10 +535,10 @@ class TrackingStore:
                 put = cold.put(f)
             if put.sha256 != row.sha256:
                 raise IntegrityError(act.artifact_id, row.sha256, put.sha256, f"at {row.uri}")
-            with write_tx(self.engine) as conn:
+            with self._write() as conn:
                 conn.execute(update(a).where(a.c.id == act.artifact_id, a.c.uri == row.uri, a.c.pinned.is_(False))
                              .values(uri=put.uri, tier="cold"))  # fmt: skip
-        with write_tx(self.engine) as conn:
+        with self._write() as conn:
             ids = plan.deletes
             for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
                 n = conn.execute(delete(a).where(a.c.id.in_(chunk), a.c.pinned.is_(False))).rowcount

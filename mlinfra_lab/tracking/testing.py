@@ -1,0 +1,61 @@
+"""Throw-away stores for tests and notebooks: SQLite in a temporary directory, or PostgreSQL.
+
+Contract: `fresh_store(backend, directory)` is a context manager yielding an empty, migrated
+`TrackingStore` on "sqlite" (a file under `directory`) or "postgres" (a new schema in the
+database at ``$MLINFRA_PG_URL``, dropped on exit), so the same test runs on both backends
+and every test starts from nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from mlinfra_lab.tracking.store import TrackingStore
+
+__all__ = ["PG_ENV", "available_backends", "fresh_store"]
+
+PG_ENV = "MLINFRA_PG_URL"
+
+
+def available_backends() -> list[str]:
+    """"sqlite" always; "postgres" too when ``$MLINFRA_PG_URL`` names a server."""
+    return ["sqlite"] + (["postgres"] if os.environ.get(PG_ENV) else [])
+
+
+@contextlib.contextmanager
+def fresh_store(backend: str, directory: str | os.PathLike, **kwargs) -> Iterator[TrackingStore]:
+    """An empty store on `backend` with artifacts (and its cache) under `directory`."""
+    directory = Path(directory)
+    kwargs.setdefault("default_user", "owner")
+    artifact_root = str(directory / "artifacts")
+    if backend == "sqlite":
+        store = TrackingStore(f"sqlite:///{directory / 'tracking.db'}", artifact_root, **kwargs)
+        try:
+            yield store
+        finally:
+            store.close()
+        return
+    if backend != "postgres":
+        raise ValueError(f"backend must be 'sqlite' or 'postgres', got {backend!r}")
+    from sqlalchemy import create_engine, text
+
+    base = os.environ.get(PG_ENV)
+    if not base:
+        raise RuntimeError(f"set {PG_ENV} (eval \"$(bash .ci/start-postgres.sh)\") to test on PostgreSQL")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in base else "?"
+    store = TrackingStore(f"{base}{sep}options=-csearch_path%3D{schema}", artifact_root, **kwargs)
+    try:
+        yield store
+    finally:
+        store.close()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()

@@ -1,0 +1,129 @@
+"""The search language: grammar, errors that point at the character, injection, results."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mlinfra_lab.tracking import QueryError, compile_filter
+from mlinfra_lab.tracking.testing import available_backends, fresh_store
+
+pytestmark = pytest.mark.tracking
+
+BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+DAY = 86400.0
+
+
+@pytest.mark.parametrize(
+    "text, position",
+    [
+        ("metrics.acc >", 13),  # missing value: points at the end
+        ("metrics.acc > 0.9 and", 21),
+        ("metrics.acc ~ 0.9", 12),
+        ("foo = 1", 0),  # unknown field
+        ("metrics.acc > 'high'", 14),  # metric compared with a string
+        ("tags.team = 3", 12),
+        ("(metrics.acc > 1", 16),
+        ("params.lr <= 1e-3 params.x = 1", 18),
+        ("status = 'FINISHED", 9),
+        ("params.lr > -30d", 12),  # relative times only for created/ended
+        ("metrics.acc like 'x%'", 17),
+        ("and", 0),
+    ],
+)
+def test_parse_errors_point_at_the_offending_character(text, position):
+    with pytest.raises(QueryError) as err:
+        compile_filter(text, now=0.0)
+    assert err.value.position == position, str(err.value)
+    assert "^" in str(err.value)
+
+
+def test_an_empty_filter_means_no_filter():
+    assert compile_filter("", now=0.0) is None and compile_filter("   ", now=0.0) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "tags.team = 'nlp' or 1=1",
+        "tags.team = 'nlp'; DROP TABLE runs; --",
+        "tags.team = 'x' union select * from principals",
+        "status = 'a' -- comment",
+        "params.`lr` = 1 /* x */",
+        "metrics.acc > 0 or exists(select 1)",
+        "tags.team = \"nlp\"\x00",
+    ],
+)
+def test_injection_attempts_are_parse_errors(text):
+    with pytest.raises(QueryError):
+        compile_filter(text, now=0.0)
+
+
+def test_values_are_bound_parameters_never_sql_text():
+    hostile = "x' OR '1'='1"
+    expr = compile_filter(f'tags.team = "{hostile}"', now=0.0)
+    sql = str(expr.compile())
+    assert hostile not in sql and "OR '1'" not in sql
+    assert hostile in expr.compile().params.values()
+
+
+@pytest.fixture(params=BACKENDS, scope="module")
+def populated(request, tmp_path_factory):
+    now = time.time()
+    with fresh_store(request.param, tmp_path_factory.mktemp("q")) as store:
+        specs = [  # name, lr, opt, team, acc, age in days, status
+            ("a", 1e-3, "adam", "nlp", 0.90, 1, "FINISHED"),
+            ("b", 1e-2, "sgd", "nlp", 0.80, 10, "FINISHED"),
+            ("c", 1e-4, "adam", "vision", 0.95, 40, "FAILED"),
+            ("d", 3e-4, "adamw", "vision", 0.70, 2, "FINISHED"),
+            ("e", 1e-3, "sgd", "speech", None, 3, "KILLED"),
+        ]
+        for name, lr, opt, team, acc, age, status in specs:
+            run = store.start_run("p", name=name, params={"lr": lr, "optimizer": opt}, tags={"team": team},
+                                  start_time=now - age * DAY)
+            if acc is not None:
+                run.log_metrics({"val_acc": acc, "loss": 1 - acc})
+            run.end(status)
+        store.start_run("other", name="z", tags={"team": "nlp"}).end()
+        yield store
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("metrics.val_acc > 0.85", {"a", "c"}),
+        ("metrics.val_acc > 0.85 and params.lr <= 1e-3 and tags.team = \"nlp\" and created > -30d", {"a"}),
+        ("params.optimizer = 'adam' or params.optimizer = 'adamw'", {"a", "c", "d"}),
+        ("(tags.team = 'nlp' or tags.team = 'vision') and metrics.val_acc < 0.9", {"b", "d"}),
+        ("params.optimizer in ('sgd', 'adamw')", {"b", "d", "e"}),
+        ("params.optimizer not in ('sgd', 'adamw')", {"a", "c"}),
+        ("params.optimizer like 'adam%'", {"a", "c", "d"}),
+        ("params.lr in (0.001, 0.01)", {"a", "b", "e"}),
+        ("not metrics.val_acc > 0.85", {"b", "d", "e"}),  # a run without the metric matches the negation
+        ("status != 'FINISHED'", {"c", "e"}),
+        ("created < -7d", {"b", "c"}),
+        ("attributes.status = 'KILLED' OR name = 'a'", {"a", "e"}),
+        ("metrics.`val_acc` >= 0.95", {"c"}),
+        ("params.batch_size > 1", set()),
+    ],
+)
+def test_search_finds_exactly_the_matching_runs(populated, text, expected):
+    assert {r.name for r in populated.search_runs("p", text)} == expected
+
+
+def test_order_by_and_limit(populated):
+    runs = populated.search_runs("p", None, order_by="metrics.val_acc desc", limit=3)
+    assert [r.name for r in runs] == ["c", "a", "b"]
+    runs = populated.search_runs("p", "params.lr > 0", order_by="params.lr", limit=2)
+    assert [r.name for r in runs] == ["c", "d"]
+    assert [r.name for r in populated.search_runs("p", limit=2)] == ["a", "d"], "newest first by default"
+
+
+def test_search_across_projects_and_plans_use_indexes(populated):
+    assert {r.project for r in populated.search_runs(None, "tags.team = 'nlp'")} == {"p", "other"}
+    plan = " ".join(populated.explain_search("p", "metrics.val_acc > 0.85 and tags.team = 'nlp'")).lower()
+    assert plan
+    if populated.engine.dialect.name != "sqlite":
+        return  # PostgreSQL picks sequential scans on tiny tables; its plans depend on statistics
+    assert "ix_latest_metrics_key_value_run_id" in plan and "ix_tags_key_value_run_id" in plan, plan
