@@ -37,7 +37,7 @@ endif
 	touch $@
 
 book: setup
-	$(BIN)/jupyter-book build . -W --keep-going
+	$(BIN)/jupyter-book build . --all -W --keep-going
 	@echo
 	@echo "The book is built: open file://$(CURDIR)/_build/html/index.html"
 
