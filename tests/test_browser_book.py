@@ -194,3 +194,18 @@ def test_checker_catches_a_broken_page(tmp_path: Path, browser) -> None:
     assert "image did not render" in problems
     assert "nowhere.html (no such file)" in problems
     assert "no #nope on that page" in problems
+
+
+def test_notebook_pages_offer_colab_and_jupyterhub_launch(server: str, browser) -> None:
+    """Launch buttons are built from `repository.url` in _config.yml (README: set your fork)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    repo = urlparse(config["repository"]["url"]).path.strip("/")
+    page = browser.new_page()
+    page.route("**/*", lambda route: route.continue_()
+               if urlparse(route.request.url).netloc == urlparse(server).netloc else route.abort())
+    page.goto(urljoin(server, "book/01_fused_attention.html"), wait_until="load")
+    hrefs = page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)")
+    page.close()
+    colab = [h for h in hrefs if h.startswith("https://colab.research.google.com/github/")]
+    assert colab and repo in colab[0], f"no Colab launch link for {repo}: {hrefs[:20]}"
+    assert any(config["launch_buttons"]["jupyterhub_url"] in h for h in hrefs)
