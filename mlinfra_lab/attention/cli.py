@@ -1,9 +1,101 @@
-"""Command-line entry points of `mlinfra_lab.attention` (registered by `mlinfra_lab.cli`)."""
+"""Command-line entry points of `mlinfra_lab.attention` (registered by `mlinfra_lab.cli`).
+
+``mlinfra-lab bench attention``: time our Triton kernel against SDPA's backends, eager
+attention and a matmul ceiling; write JSON and a plot; optionally fail on a regression
+against a committed baseline (exit status 1).
+"""
 
 from __future__ import annotations
 
 import argparse
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import replace
+    from pathlib import Path
+
+    from mlinfra_lab import runtime
+    from mlinfra_lab.attention import bench
+    from mlinfra_lab.cli import CommandError
+
+    cfg = bench.BenchConfig() if runtime.on_gpu() and not args.cpu_sizes else bench.BenchConfig.cpu()
+    overrides = {k: v for k, v in (("seqs", args.seqs), ("head_dims", args.head_dims),
+                                   ("providers", args.providers)) if v}
+    if args.causal != "both":
+        overrides["causal"] = (args.causal == "yes",)
+    if args.dtype:
+        overrides["dtype"] = args.dtype
+    cfg = replace(cfg, **overrides)
+    unknown = set(cfg.providers) - set(bench.PROVIDERS)
+    if unknown:
+        raise CommandError(f"unknown provider(s) {sorted(unknown)}; choose from {bench.PROVIDERS}")
+    baseline = None
+    if args.check_baseline:
+        path = Path(args.check_baseline)
+        if not path.is_file():
+            raise CommandError(f"baseline {path} not found; write one with --out first")
+        baseline = bench.load_result(path)
+    try:
+        cfg.shapes()
+    except ValueError as err:
+        raise CommandError(str(err)) from err
+    result = bench.run_benchmark(cfg, progress=not args.quiet)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    bench.plot_results(result, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    print(bench.format_table(result))
+    if baseline is not None:
+        try:
+            failures = bench.check_baseline(result, baseline, args.tolerance)
+        except bench.BaselineError as err:
+            raise CommandError(str(err)) from err
+        if failures:
+            print(f"REGRESSION (> {args.tolerance:.0%} slower than {args.check_baseline}):")
+            for line in failures:
+                print("  " + line)
+            return 1
+        print(f"no regression against {args.check_baseline}")
+    return 0
+
+
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """Add this chapter's sub-commands; nothing yet."""
+    """Add `mlinfra-lab bench attention`."""
+    p = bench.add_parser(
+        "attention",
+        help="time the Triton flash attention against SDPA backends, eager and a matmul",
+        description=(
+            "Sweep sequence length and head dim (batch x seq = 16k tokens, heads x head_dim "
+            "= 2048), time forward and backward (median of triton.testing.do_bench) for our "
+            "kernel, SDPA pinned to FLASH/CUDNN/EFFICIENT, eager attention, and a bf16 matmul "
+            "ceiling; write JSON and a PNG plot. On a CPU a tiny float32 sweep runs under the "
+            "Triton interpreter (for testing the command, not for numbers)."
+        ),
+    )
+    p.add_argument("--out", default="benchmarks/results/attention.json",
+                   help="result JSON path; the plot goes beside it as .png (default: %(default)s)")
+    p.add_argument("--seqs", type=_ints, help="comma-separated sequence lengths, e.g. 1024,2048")
+    p.add_argument("--head-dims", type=_ints, help="comma-separated head dims, e.g. 64,128")
+    p.add_argument("--causal", choices=("yes", "no", "both"), default="both",
+                   help="causal, non-causal or both (default: both)")
+    p.add_argument("--providers", type=lambda s: tuple(x for x in s.split(",") if x),
+                   help="comma-separated subset of ours,sdpa_flash,sdpa_cudnn,sdpa_efficient,eager")
+    p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
+                   help="input dtype (default: bfloat16 on the GPU, float32 on the CPU)")
+    p.add_argument("--cpu-sizes", action="store_true",
+                   help="use the tiny CPU sweep even on a GPU (a smoke test)")
+    p.add_argument("--check-baseline", metavar="FILE",
+                   help="fail (exit 1) if any shape is more than --tolerance slower than FILE")
+    p.add_argument("--tolerance", type=float, default=0.10,
+                   help="allowed slowdown against the baseline (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_bench)
