@@ -97,6 +97,13 @@ class Run:
         """Write the buffered points in one transaction; return how many were written."""
         if not self._buffer:
             return 0
+        with write_tx(self.store.engine) as conn:
+            return self._write_batch(conn)
+
+    def _write_batch(self, conn) -> int:  # noqa: ANN001 (a Connection in a write transaction)
+        """Insert the buffer into the history and upsert the latest value per key."""
+        if not self._buffer:
+            return 0
         rows, self._buffer = self._buffer, []
         latest: dict[str, dict[str, Any]] = {}
         for r in rows:
@@ -106,12 +113,11 @@ class Run:
         upsert = self.store._upsert(S.latest_metrics, ["run_id", "key"], ["step", "value"],
                                     guard_step=True)  # fmt: skip
         try:
-            with write_tx(self.store.engine) as conn:
-                conn.execute(S.metrics.insert(), rows)
-                conn.execute(upsert, [{k: r[k] for k in ("run_id", "key", "step", "value")}
-                                      for r in latest.values()])  # fmt: skip
+            conn.execute(S.metrics.insert(), rows)
+            conn.execute(upsert, [{k: r[k] for k in ("run_id", "key", "step", "value")}
+                                  for r in latest.values()])  # fmt: skip
         except BaseException:
-            self._buffer = rows + self._buffer  # nothing was written: keep them for a retry
+            self._buffer = rows + self._buffer  # the transaction rolls back: keep them for a retry
             raise
         self.flushes += 1
         return len(rows)
@@ -146,8 +152,8 @@ class Run:
         if status not in RUN_STATUSES[1:]:
             raise TrackingError(f"end status must be one of {RUN_STATUSES[1:]}, got {status!r}")
         self._check_open()
-        self.flush()
-        with write_tx(self.store.engine) as conn:
+        with write_tx(self.store.engine) as conn:  # last batch and status: one transaction
+            self._write_batch(conn)
             conn.execute(update(S.runs).where(S.runs.c.id == self.id)
                          .values(status=status, ended_at=time.time()))  # fmt: skip
         self.ended = True

@@ -28,6 +28,7 @@ import hashlib
 import io
 import os
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
@@ -112,6 +113,16 @@ class GcReport:
     dry_run: bool
 
 
+def _number(v: Any) -> float | None:
+    """The numeric value of a param (None for booleans and non-numbers)."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
 def _to_url(root: str) -> str:
     return root if "://" in root else "file://" + os.path.abspath(root)
 
@@ -132,6 +143,8 @@ class TrackingStore:
         self.default_user = default_user or os.environ.get("MLINFRA_USER") or getpass.getuser()
         self.batch_size = batch_size
         self.uncached_reads = 0
+        self._known_projects: set[str] = set()
+        self._upserts: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"TrackingStore(db_url={self.db_url!r}, artifact_root={self.artifact_root!r})"
@@ -179,27 +192,30 @@ class TrackingStore:
             raise
 
     def _upsert(self, table, keys: list[str], values: list[str], guard_step: bool = False):
+        """INSERT ... ON CONFLICT DO UPDATE for this dialect (built once per table, then reused)."""
+        cached = self._upserts.get(table.name)
+        if cached is None:
+            cached = self._upserts[table.name] = self._build_upsert(table, keys, values, guard_step)
+        return cached
+
+    def _build_upsert(self, table, keys: list[str], values: list[str], guard_step: bool):
         ins = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert(table)
         where = ins.excluded.step >= table.c.step if guard_step else None
         return ins.on_conflict_do_update(index_elements=keys,
                                          set_={v: ins.excluded[v] for v in values}, where=where)  # fmt: skip
 
-    def _write_params(self, conn: Connection, run_id: int, params: dict[str, Any]) -> None:
+    def _write_params(self, conn: Connection, run_id: int, params: dict[str, Any],
+                      hot_done: bool = False) -> None:  # fmt: skip
         if not params:
             return
         rows, hot = [], {}
         for k, v in params.items():
-            num = None
-            if not isinstance(v, bool):
-                try:
-                    num = float(v)
-                except (TypeError, ValueError):
-                    num = None
+            num = _number(v)
             rows.append({"run_id": run_id, "key": str(k), "value_str": str(v), "value_num": num})
             if k in S.HOT_PARAMS:
                 hot[S.HOT_PARAMS[k]] = num
         conn.execute(self._upsert(S.params, ["run_id", "key"], ["value_str", "value_num"]), rows)
-        if hot:
+        if hot and not hot_done:
             conn.execute(update(S.runs).where(S.runs.c.id == run_id).values(**hot))
 
     def _write_tags(self, conn: Connection, run_id: int, tags: dict[str, Any]) -> None:
@@ -290,27 +306,30 @@ class TrackingStore:
                   start_time: float | None = None) -> Run:  # fmt: skip
         """Start a run in `project` (created, with you as ADMIN, if new; else needs WRITE)."""
         user = self._user(user)
-        with self.engine.connect() as conn:
-            exists = conn.execute(select(S.projects.c.id).where(S.projects.c.name == project)).scalar()
-        if exists is None:
-            self.create_project(project, user)
+        if project not in self._known_projects:
+            with self.engine.connect() as conn:
+                exists = conn.execute(select(S.projects.c.id).where(S.projects.c.name == project)).scalar()
+            if exists is None:
+                self.create_project(project, user)
+            self._known_projects.add(project)  # projects are never deleted through the API
         nodes = [i if isinstance(i, str) else i.node for i in inputs]
+        params = params or {}
+        name = name or f"run-{uuid.uuid4().hex[:8]}"
         with self._write() as conn:
             pid = self._require(conn, project, user, Level.WRITE, "start runs")
-            for n, (ipid, _) in lineage.node_projects(conn, nodes).items():
-                if ipid is not None and access.effective_level(conn, ipid, user) < Level.VIEW:
-                    raise PermissionDenied(user, f"project {ipid}", "VIEW", f"use {n} as an input")
-            missing = set(nodes) - set(lineage.node_projects(conn, nodes))
-            if missing:
-                raise NotFound(f"inputs not found: {sorted(missing)}")
+            if nodes:
+                found = lineage.node_projects(conn, nodes)
+                for n, (ipid, _) in found.items():
+                    if ipid is not None and access.effective_level(conn, ipid, user) < Level.VIEW:
+                        raise PermissionDenied(user, f"project {ipid}", "VIEW", f"use {n} as an input")
+                if set(nodes) - set(found):
+                    raise NotFound(f"inputs not found: {sorted(set(nodes) - set(found))}")
             created = time.time() if start_time is None else float(start_time)
+            hot = {col: _number(params[k]) for k, col in S.HOT_PARAMS.items() if k in params}
             run_id = conn.execute(S.runs.insert().values(
-                project_id=pid, name=name or "run", status="RUNNING", user=user,
-                code_commit=code_commit, created_at=created)).inserted_primary_key[0]  # fmt: skip
-            if name is None:
-                name = f"run-{run_id}"
-                conn.execute(update(S.runs).where(S.runs.c.id == run_id).values(name=name))
-            self._write_params(conn, run_id, params or {})
+                project_id=pid, name=name, status="RUNNING", user=user, code_commit=code_commit,
+                created_at=created, **hot)).inserted_primary_key[0]  # fmt: skip
+            self._write_params(conn, run_id, params, hot_done=True)
             self._write_tags(conn, run_id, tags or {})
             edges = [{"src": n, "dst": f"run:{run_id}", "relation": "consumed"} for n in nodes]
             if code_commit:
