@@ -1,0 +1,355 @@
+"""The profiled DDP training loop one rank runs: per-step data wait, forward, backward, exposed
+communication and optimizer time, with the bucket all-reduces timed by a DDP comm hook.
+
+Contract: inside an initialised process group, `run_rank(config, out_trace=None)` trains the
+course's model for `config.warmup + config.steps` steps and returns this rank's record (the
+``ranks[i]`` entry of a result file). `python -m mlinfra_lab.scaling.harness --config C.json
+--out RUN.json` does the same under a cluster's own ``torchrun``/``srun`` (it reads RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and rank 0 writes the whole result file.
+
+Design decisions:
+- Exposed communication is measured, not inferred from a profile: DDP calls the comm hook
+  when a bucket's gradients are ready, so the last hook call marks the end of backward
+  compute; ``loss.backward()`` returns only after every bucket's all-reduce finished, so
+  what lies between the two is communication that compute did not hide. Each bucket's own
+  duration (launch to completion) gives the in-job bus bandwidth.
+- On a GPU every boundary is a CUDA event on the compute stream (host timers would measure
+  kernel launches, not kernels); on the CPU, `time.perf_counter`.
+- Faults act at the points where the real ones act: a straggler computes longer, a slow
+  source holds a lock shared by all ranks of the host, a capped transport delays the
+  completion of each all-reduce, `no_overlap` puts all gradients in one bucket.
+- The loader is also run alone for a few batches before training (step 1b of the course
+  text): its rate, against the rate training consumes, is the loader's headroom.
+
+Caveats: the step-boundary synchronisation on a GPU costs a little overlap between steps;
+the emulated device time of `RunConfig` is a sleep (see `config.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from mlinfra_lab.scaling.config import RunConfig
+from mlinfra_lab.scaling.results import SCHEMA
+
+__all__ = ["build_model", "environment", "run_rank"]
+
+Heartbeat = Callable[[int, int], None]  # (step, phase index) -> None
+PHASE_CODES = {"data": 0, "forward": 1, "backward": 2, "optimizer": 3, "done": 4}
+
+
+class _EmulatedDevice(torch.autograd.Function):
+    """Identity whose forward sleeps `seconds` and backward twice that: accelerator time."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, seconds: float) -> torch.Tensor:
+        ctx.seconds = seconds
+        if seconds > 0:
+            time.sleep(seconds)
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        if ctx.seconds > 0:
+            time.sleep(2 * ctx.seconds)
+        return grad, None
+
+
+class _Layer(nn.Module):
+    def __init__(self, hidden: int, overhead_ms: float, us_per_sample: float) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        self.overhead_s, self.per_sample_s = overhead_ms / 1e3, us_per_sample / 1e6
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, hidden)
+        x = torch.relu(self.linear(x))
+        seconds = self.overhead_s + self.per_sample_s * x.shape[0]
+        return _EmulatedDevice.apply(x, seconds) if seconds > 0 else x
+
+
+def build_model(config: RunConfig) -> nn.Module:
+    """The course's model: `layers` x (Linear(hidden, hidden) + ReLU + emulated device time)."""
+    torch.manual_seed(config.seed)
+    return nn.Sequential(
+        *[
+            _Layer(config.hidden, config.device_overhead_ms, config.device_us_per_sample)
+            for _ in range(config.layers)
+        ]
+    )
+
+
+class _Batches(torch.utils.data.Dataset):
+    """Synthetic regression batches, deterministic per (seed, rank, index).
+
+    Under ``slow_data`` every read holds one lock file shared by all ranks of the host for
+    `delay_s`: a single-process source that serialises its readers.
+    """
+
+    def __init__(self, n: int, batch: int, hidden: int, seed: int, rank: int,
+                 delay_s: float, lock_path: str) -> None:
+        self.n, self.batch, self.hidden, self.seed, self.rank = n, batch, hidden, seed, rank
+        self.delay_s, self.lock_path = delay_s, lock_path
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.delay_s > 0:
+            with open(self.lock_path, "a") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                time.sleep(self.delay_s)
+                fcntl.flock(fh, fcntl.LOCK_UN)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.rank * 7919 + i)
+        x = torch.randn(self.batch, self.hidden, generator=g)  # (B, hidden)
+        return x, torch.tanh(x.flip(1))  # a learnable target
+
+
+class _Clock:
+    """Timestamps: CUDA events on a GPU (resolved after a sync), perf_counter on the CPU."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+
+    def mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, a: Any, b: Any) -> float:
+        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
+
+
+class _CommTimer:
+    """State of the timing comm hook: bucket launches, completions and sizes of one step.
+
+    With a rate cap (the emulated link, or `slow_transport`) the buckets share one link:
+    each occupies it for its ring traffic at the capped rate, after the previous one.
+    """
+
+    def __init__(self, clock: _Clock, world_size: int, cap_bytes_per_s: float | None) -> None:
+        self.clock, self.world_size, self.cap = clock, world_size, cap_bytes_per_s
+        self.link_free_at = 0.0
+        self.reset()
+
+    def reset(self) -> None:
+        self.buckets: list[list[Any]] = []  # [start mark, end mark, bytes]
+        self.last_ready: Any = None
+
+    def link_finish(self, nbytes: int, launched: float) -> float:
+        """When a bucket launched at `launched` leaves the capped link (perf_counter s)."""
+        n = self.world_size
+        wire = nbytes * 2 * (n - 1) / n / self.cap  # ring traffic per rank at the capped rate
+        self.link_free_at = max(self.link_free_at, launched) + wire
+        return self.link_free_at
+
+
+def _timed_allreduce_hook(state: _CommTimer, bucket):  # noqa: ANN001 (DDP checks annotations)
+    """DDP comm hook: average the bucket with all_reduce, recording when it started and ended.
+
+    `bucket` is a `dist.GradBucket`; it is left unannotated because DDP rejects the string
+    annotations that ``from __future__ import annotations`` produces.
+    """
+    tensor = bucket.buffer()
+    start = state.clock.mark()
+    state.last_ready = start
+    record = [start, None, tensor.numel() * tensor.element_size()]
+    state.buckets.append(record)
+    capped = state.cap is not None and not state.clock.cuda
+    finish_at = state.link_finish(record[2], start) if capped else 0.0
+    fut = dist.all_reduce(tensor, async_op=True).get_future()
+
+    def finish(f: torch.futures.Future) -> torch.Tensor:
+        if capped and finish_at > time.perf_counter():
+            time.sleep(finish_at - time.perf_counter())
+        record[1] = state.clock.mark()
+        return f.value()[0].div_(state.world_size)
+
+    return fut.then(finish)
+
+
+def environment() -> dict[str, Any]:
+    """Device, versions and date, stored in every result file."""
+    cuda = torch.cuda.is_available()
+    return {
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if cuda else None,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+        "cpu_count": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _lock_path() -> str:
+    tag = f"{os.environ.get('MASTER_ADDR', 'local')}-{os.environ.get('MASTER_PORT', '0')}"
+    return os.path.join(tempfile.gettempdir(), f"mlinfra-slow-data-{tag}.lock")
+
+
+def run_rank(config: RunConfig, out_trace: str | None = None,
+             heartbeat: Heartbeat | None = None) -> dict[str, Any]:
+    """Train on this rank and return its record: per-step phase times and loader rate."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cuda = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    clock, beat = _Clock(cuda), heartbeat or (lambda step, phase: None)
+    batch = config.rank_batch(world)
+    slow = config.fault("slow_data")
+    straggler = config.fault("straggler")
+    straggle_s = straggler.get("ms") / 1e3 if straggler and straggler.get("rank") == rank else 0.0
+    lost = config.fault("lost_rank")
+    lost_step = int(lost.get("step", 1)) if lost and lost.get("rank") == rank else -1
+    cap = config.link_bytes_per_s()
+
+    model = build_model(config).to(device)
+    bucket_mb = 1e4 if config.fault("no_overlap") else config.bucket_mb
+    ddp = DDP(model, device_ids=[device.index] if cuda else None, bucket_cap_mb=bucket_mb)
+    timer = _CommTimer(clock, world, cap)
+    ddp.register_comm_hook(timer, _timed_allreduce_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
+
+    total = config.warmup + config.steps
+    data = _Batches(total + config.loader_probe_batches, batch, config.hidden, config.seed,
+                    rank, slow.get("ms") / 1e3 if slow else 0.0, _lock_path())
+    loader = iter(torch.utils.data.DataLoader(data, batch_size=None, shuffle=False))
+
+    # Step 1b: the loader alone, all ranks at once (a shared source shows its limit here).
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(config.loader_probe_batches):
+        next(loader)
+    probe_s = time.perf_counter() - t0
+    loader_rate = config.loader_probe_batches * batch / probe_s if probe_s > 0 else None
+    dist.barrier()
+
+    profiler = _profiler(cuda) if (config.trace and rank == 0 and out_trace) else None
+    steps: list[dict[str, float]] = []
+    with profiler or contextlib.nullcontext():
+        for step in range(total):
+            beat(step, PHASE_CODES["data"])
+            if step == lost_step:
+                time.sleep(10**6)  # the lost rank: alive but silent, as a hung node is
+            wall0 = time.perf_counter()
+            m0 = clock.mark()
+            x, y = next(loader)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            m1 = clock.mark()
+            beat(step, PHASE_CODES["forward"])
+            loss = nn.functional.mse_loss(ddp(x), y)
+            if straggle_s:
+                time.sleep(straggle_s)
+            m2 = clock.mark()
+            beat(step, PHASE_CODES["backward"])
+            timer.reset()
+            loss.backward()
+            m3 = clock.mark()
+            beat(step, PHASE_CODES["optimizer"])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            m4 = clock.mark()
+            if cuda:
+                torch.cuda.synchronize()
+            wall = time.perf_counter() - wall0
+            if profiler is not None:
+                profiler.step()
+            if step < config.warmup:
+                continue
+            ready = timer.last_ready if timer.last_ready is not None else m3
+            steps.append({
+                "data_wait": clock.seconds(m0, m1),
+                "forward": clock.seconds(m1, m2),
+                "backward": clock.seconds(m2, ready),
+                "exposed_comm": clock.seconds(ready, m3),
+                "optimizer": clock.seconds(m3, m4),
+                "step": wall,
+                "comm_total": sum(clock.seconds(s, e) for s, e, _ in timer.buckets),
+                "bucket_s": [clock.seconds(s, e) for s, e, _ in timer.buckets],
+                "comm_bytes": float(sum(b for _, _, b in timer.buckets)),
+                "loss": float(loss.detach()),
+            })
+    beat(total, PHASE_CODES["done"])
+    record: dict[str, Any] = {"rank": rank, "batch": batch, "steps": steps,
+                              "loader_samples_per_s": loader_rate,
+                              "buckets": len(timer.buckets)}
+    if profiler is not None and out_trace:
+        from mlinfra_lab.scaling.trace import summarise_trace
+
+        profiler.export_chrome_trace(out_trace)
+        record["trace"] = {"path": os.path.basename(out_trace), **summarise_trace(out_trace)}
+    return record
+
+
+def _profiler(cuda: bool) -> Any:
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    return profile(activities=activities)
+
+
+def assemble(config: RunConfig, world_size: int, backend: str,
+             ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The result file's content from every rank's record."""
+    ranks = sorted(ranks, key=lambda r: r["rank"])
+    return {
+        "schema": SCHEMA,
+        "config": config.to_dict(),
+        "world_size": world_size,
+        "backend": backend,
+        "rank_batch": config.rank_batch(world_size),
+        "grad_bytes": sum(p.numel() * 4 for p in build_model(config).parameters()),
+        "environment": environment(),
+        "ranks": ranks,
+    }
+
+
+def resolve_backend(requested: str) -> str:
+    """"auto" -> nccl when CUDA is usable, else gloo."""
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    return requested
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point under an external launcher (torchrun, srun): env:// rendezvous."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="RunConfig as JSON")
+    parser.add_argument("--out", required=True, help="result file written by rank 0")
+    args = parser.parse_args(argv)
+    config = RunConfig.from_dict(json.loads(Path(args.config).read_text()))
+    backend = resolve_backend(config.backend)
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    from datetime import timedelta
+
+    dist.init_process_group(backend, timeout=timedelta(seconds=config.timeout_s))
+    try:
+        trace = str(Path(args.out).with_suffix(".trace.json")) if config.trace else None
+        record = run_rank(config, out_trace=trace)
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, record)
+        if dist.get_rank() == 0:
+            result = assemble(config, dist.get_world_size(), backend, gathered)
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(result, indent=1))
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""Start N local ranks of a job, watch them, and name the rank that got lost.
+
+Contract: `profile(config, nproc)` runs the profiled DDP loop on `nproc` local processes and
+returns the `RunResult` (written to `out` when given); `run_allreduce_bench(nproc, sizes,
+iters)` runs the all-reduce sweep the same way. A world size above the core count warns
+(`OversubscribedWarning`) and still runs; a rank that dies or stops making progress for
+`config.timeout_s` ends the job with `RankLostError` naming it.
+
+Design decisions:
+- `torch.multiprocessing` with the *forkserver* start method and torch preloaded: each
+  rank is forked from a server that imported torch once, so starting four ranks costs
+  well under a second instead of four torch imports. The ranks rendezvous through env://
+  exactly as under torchrun (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), so the same
+  worker runs under a cluster's launcher (`python -m mlinfra_lab.scaling.harness`).
+- Each rank writes a heartbeat (step, phase, time) into shared memory at every phase. A
+  hung collective blocks every rank, so "who stopped" is the rank whose last heartbeat is
+  oldest; the process group's own timeout is set longer than ours, so our message (with
+  the rank, its step and phase) wins over gloo's anonymous one.
+- Each rank uses one intra-op thread: N ranks on a few cores must not each spawn a pool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+import traceback
+import warnings
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from mlinfra_lab.scaling.config import RunConfig
+from mlinfra_lab.scaling.results import RunResult, save_run, validate
+
+__all__ = ["OversubscribedWarning", "RankLostError", "profile", "run_allreduce_bench"]
+
+_PHASES = ("data", "forward", "backward", "optimizer", "done")
+
+
+class OversubscribedWarning(UserWarning):
+    """More ranks than CPU cores: the run works, but ranks share cores and slow each other."""
+
+
+class RankLostError(RuntimeError):
+    """A rank died or stopped making progress; the message names it."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _child(rank: int, world: int, port: int, job: str, payload: dict[str, Any],
+           outdir: str, beats: Any, timeout_s: float) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    import torch
+    import torch.distributed as dist
+
+    from mlinfra_lab.scaling import harness
+
+    torch.set_num_threads(1)
+
+    def beat(step: int, phase: int) -> None:
+        beats[3 * rank: 3 * rank + 3] = [float(step), float(phase), time.time()]
+
+    beat(-1, 0)
+    backend = harness.resolve_backend(payload.get("backend", "auto"))
+    if backend == "nccl":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    # Longer than the watcher's timeout, so the watcher names the lost rank first.
+    dist.init_process_group(backend, timeout=timedelta(seconds=2 * timeout_s + 30))
+    try:
+        if job == "profile":
+            config = RunConfig.from_dict(payload)
+            trace = os.path.join(outdir, "trace.json") if config.trace and rank == 0 else None
+            record: Any = harness.run_rank(config, out_trace=trace, heartbeat=beat)
+        else:
+            from mlinfra_lab.scaling.allreduce import allreduce_bench
+
+            record = allreduce_bench(payload["sizes"], payload["iters"], payload["warmup"])
+        Path(outdir, f"rank{rank}.json").write_text(json.dumps(record))
+        beat(10**9, len(_PHASES) - 1)
+        dist.barrier()
+    except Exception:
+        traceback.print_exc()
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_group(nproc: int, job: str, payload: dict[str, Any], timeout_s: float,
+               total_steps: int, show_progress: bool) -> list[Any]:
+    import torch.multiprocessing as mp
+
+    if nproc < 1:
+        raise ValueError(f"nproc must be at least 1, got {nproc}")
+    cores = os.cpu_count() or 1
+    if nproc > cores and payload.get("backend", "auto") != "nccl":
+        warnings.warn(
+            f"{nproc} ranks on {cores} CPU cores: ranks will share cores and timings include "
+            f"that contention; use --nproc {cores} or fewer for clean numbers",
+            OversubscribedWarning, stacklevel=3)
+    ctx = mp.get_context("forkserver")
+    # DDP's constructor imports torch._dynamo (seconds): import it once, in the server.
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo",
+                                "mlinfra_lab.scaling.harness"])
+    beats = ctx.Array("d", [-1.0, 0.0, 0.0] * nproc, lock=False)
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="mlinfra-scaling-") as outdir:
+        procs = [ctx.Process(target=_child, args=(r, nproc, port, job, payload, outdir, beats,
+                                                  timeout_s), daemon=True)
+                 for r in range(nproc)]
+        for p in procs:
+            p.start()
+        try:
+            _watch(procs, beats, timeout_s, total_steps, show_progress)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                p.join(5)
+        records = [json.loads(Path(outdir, f"rank{r}.json").read_text()) for r in range(nproc)]
+        trace = Path(outdir, "trace.json")
+        if trace.exists() and job == "profile":
+            records[0]["trace_text"] = trace.read_text()
+    return records
+
+
+def _describe(beats: Any, rank: int) -> str:
+    step, phase, _ = beats[3 * rank: 3 * rank + 3]
+    if step < 0:
+        return "before its first step"
+    return f"at step {int(step)} ({_PHASES[min(int(phase), len(_PHASES) - 1)]})"
+
+
+def _watch(procs: list[Any], beats: Any, timeout_s: float, total_steps: int,
+           show_progress: bool) -> None:
+    from tqdm.auto import tqdm
+
+    nproc = len(procs)
+    start = time.time()
+    bar = tqdm(total=total_steps, desc=f"{nproc} ranks", leave=False, disable=not show_progress)
+    try:
+        while True:
+            codes = [p.exitcode for p in procs]
+            if all(c == 0 for c in codes):
+                return
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                first = min(failed, key=lambda r: beats[3 * r + 2])
+                raise RankLostError(
+                    f"rank {first} exited with code {codes[first]} {_describe(beats, first)}; "
+                    f"see its traceback above. The other ranks were stopped.")
+            last = [beats[3 * r + 2] or start for r in range(nproc)]
+            if time.time() - max(last) > timeout_s:
+                lost = min(range(nproc), key=lambda r: last[r])
+                raise RankLostError(
+                    f"rank {lost} stopped responding {_describe(beats, lost)}: no rank made "
+                    f"progress for {timeout_s:g} s and rank {lost} was the first to go "
+                    f"silent. Check that host/process (or raise the timeout).")
+            done = int(min(beats[3 * r] for r in range(nproc)))
+            bar.update(max(0, min(done, total_steps) - bar.n))
+            time.sleep(0.05)
+    finally:
+        bar.close()
+
+
+def profile(config: RunConfig, nproc: int, out: str | Path | None = None,
+            show_progress: bool = True) -> RunResult:
+    """Run the profiled DDP loop on `nproc` local ranks; return (and optionally save) it."""
+    from mlinfra_lab.scaling.harness import assemble, resolve_backend
+
+    records = _run_group(nproc, "profile", config.to_dict(), config.timeout_s,
+                         config.warmup + config.steps, show_progress)
+    trace_text = records[0].pop("trace_text", None)
+    if trace_text is not None and out is not None:
+        records[0]["trace"]["path"] = Path(out).with_suffix(".trace.json").name
+    result = validate(assemble(config, nproc, resolve_backend(config.backend), records))
+    if out is not None:
+        save_run(result, out)
+        if trace_text is not None:
+            Path(out).with_suffix(".trace.json").write_text(trace_text)
+    return result
+
+
+def run_allreduce_bench(nproc: int, sizes: list[int], iters: int = 10, warmup: int = 2,
+                        backend: str = "auto", timeout_s: float = 120.0,
+                        show_progress: bool = True) -> list[dict[str, float]]:
+    """The all-reduce sweep on `nproc` local ranks; rank 0's rows (see `allreduce_bench`)."""
+    payload = {"sizes": list(sizes), "iters": iters, "warmup": warmup, "backend": backend}
+    return _run_group(nproc, "allreduce", payload, timeout_s, 0, show_progress)[0]

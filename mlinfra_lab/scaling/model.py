@@ -1,0 +1,186 @@
+"""The alpha-beta cost model of data-parallel training: all-reduce time, step time, efficiency.
+
+Contract: `ring_allreduce_time` and `tree_allreduce_time` give the seconds an all-reduce of
+`nbytes` takes on `p` ranks for per-message latency `alpha` (s) and per-byte cost `beta`
+(s/byte, the inverse of the bus bandwidth); `StepModel` predicts a data-parallel step's
+time, exposed-communication share, speedup and scaling efficiency at any world size, and
+`StepModel.from_run` calibrates one from a measured run; `worked_example()` is the course
+text's 8-to-64-GPU story from stated parameters.
+
+Design decisions:
+- Ring all-reduce = reduce-scatter + all-gather, 2(p-1) steps, each moving nbytes/p:
+  ``2(p-1) alpha + 2(p-1)/p * nbytes * beta``. Its bandwidth term saturates at 2 n beta, so
+  per-rank traffic grows only sub-linearly with p, while its latency term grows linearly:
+  that is why small messages and large p hurt (Thakur, Rabenseifner & Gropp 2005).
+- Tree: a pipelined double binary tree as NCCL uses: ``2 ceil(log2 p) alpha + 2 nbytes
+  beta``; logarithmic latency, ring-like bandwidth for large messages.
+- DDP sends gradients in buckets, each one message: the latency term is paid per bucket.
+  Communication overlaps the backward pass by a fraction `overlap` (0: reduced after the
+  whole backward; 1: everything but the last bucket hidden while backward lasts).
+- Per-rank compute follows a saturating efficiency curve, ``t(b) = c (b + b_half)``: a
+  fixed cost per step plus a cost per sample, so a small per-GPU batch (strong scaling at a
+  fixed global batch) wastes compute.
+
+Caveats: one flat interconnect (one alpha and beta for every p); hierarchical topologies
+(fast inside a node, slower between nodes) are modelled by calibrating alpha/beta at the
+scale of interest. Efficiency is throughput per GPU relative to the reference world size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+__all__ = [
+    "StepModel",
+    "StepPrediction",
+    "ring_allreduce_time",
+    "tree_allreduce_time",
+    "worked_example",
+]
+
+
+def _check(nbytes: float, p: int, alpha: float, beta: float) -> None:
+    if p < 1 or int(p) != p:
+        raise ValueError(f"world size p must be a positive integer, got {p!r}")
+    if nbytes < 0 or alpha < 0 or beta < 0:
+        raise ValueError("nbytes, alpha and beta must be non-negative")
+
+
+def ring_allreduce_time(nbytes: float, p: int, alpha: float, beta: float) -> float:
+    """Seconds for a ring all-reduce: ``2(p-1) alpha + 2(p-1)/p nbytes beta`` (0 at p=1)."""
+    _check(nbytes, p, alpha, beta)
+    return 2 * (p - 1) * alpha + 2 * (p - 1) / p * nbytes * beta
+
+
+def tree_allreduce_time(nbytes: float, p: int, alpha: float, beta: float) -> float:
+    """Seconds for a pipelined (double binary) tree all-reduce: ``2 log2(p) alpha + 2 n beta``."""
+    _check(nbytes, p, alpha, beta)
+    if p == 1:
+        return 0.0
+    return 2 * math.ceil(math.log2(p)) * alpha + 2 * nbytes * beta
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """One world size's predicted step (seconds) and what it means for scaling."""
+
+    world_size: int
+    rank_batch: float
+    compute_s: float
+    comm_s: float  # all-reduce time of all buckets
+    exposed_comm_s: float  # the part not hidden under backward
+    data_s: float
+    step_s: float
+    comm_share: float  # exposed_comm_s / step_s
+    throughput: float  # samples/s of the whole job
+    speedup: float  # throughput over the reference world size's
+    efficiency: float  # speedup / (world_size / ref_world)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Step time of data-parallel training at any world size (weak or strong scaling)."""
+
+    compute_s: float  # forward+backward+optimizer per step at ref_world, per-rank batch ref_batch
+    grad_bytes: float  # gradient bytes all-reduced each step
+    alpha: float  # seconds per message step
+    beta: float  # seconds per byte (1 / bus bandwidth)
+    overlap: float = 1.0  # share of communication that backward can hide (0..1)
+    ref_world: int = 1  # world size at which compute_s was measured
+    ref_batch: int = 32  # per-rank batch at ref_world
+    global_batch: int | None = None  # None: weak scaling (per-rank batch stays ref_batch)
+    batch_half: float = 0.0  # per-rank batch at which compute runs at half efficiency
+    bucket_bytes: float | None = 25 * 2**20  # DDP bucket cap (None: one bucket)
+    algorithm: str = "ring"  # or "tree"
+    backward_fraction: float = 2 / 3  # share of compute that backward is (the overlap window)
+    data_s: float = 0.0  # exposed data-loading time per step
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.overlap <= 1:
+            raise ValueError(f"overlap must lie in [0, 1], got {self.overlap}")
+        if self.algorithm not in ("ring", "tree"):
+            raise ValueError(f"algorithm must be 'ring' or 'tree', got {self.algorithm!r}")
+        if self.compute_s <= 0 or self.ref_batch <= 0:
+            raise ValueError("compute_s and ref_batch must be positive")
+
+    def rank_batch(self, p: int) -> float:
+        if self.global_batch is None:
+            return float(self.ref_batch)
+        return self.global_batch / p
+
+    def compute_time(self, p: int) -> float:
+        """Per-rank compute at world size p: ``compute_s (b + b_half) / (ref_batch + b_half)``."""
+        b = self.rank_batch(p)
+        return self.compute_s * (b + self.batch_half) / (self.ref_batch + self.batch_half)
+
+    def comm_time(self, p: int) -> float:
+        """All-reduce time of every bucket of gradients at world size p."""
+        time_of = ring_allreduce_time if self.algorithm == "ring" else tree_allreduce_time
+        if not self.bucket_bytes or self.bucket_bytes >= self.grad_bytes:
+            return time_of(self.grad_bytes, p, self.alpha, self.beta)
+        full, rest = divmod(self.grad_bytes, self.bucket_bytes)
+        t = int(full) * time_of(self.bucket_bytes, p, self.alpha, self.beta)
+        return t + (time_of(rest, p, self.alpha, self.beta) if rest else 0.0)
+
+    def predict(self, p: int) -> StepPrediction:
+        compute, comm = self.compute_time(p), self.comm_time(p)
+        n_buckets = max(1, math.ceil(self.grad_bytes / (self.bucket_bytes or self.grad_bytes)))
+        last_bucket = comm / n_buckets  # reduced after backward ends: never hidden
+        hidden = self.overlap * min(comm - last_bucket, self.backward_fraction * compute)
+        exposed = comm - hidden
+        step = compute + exposed + self.data_s
+        throughput = self.rank_batch(p) * p / step
+        ref = self._ref_throughput() if p != self.ref_world else throughput
+        speedup = throughput / ref
+        return StepPrediction(p, self.rank_batch(p), compute, comm, exposed, self.data_s, step,
+                              exposed / step, throughput, speedup,
+                              speedup / (p / self.ref_world))
+
+    def _ref_throughput(self) -> float:
+        return self.predict(self.ref_world).throughput
+
+    def sweep(self, world_sizes: list[int]) -> list[StepPrediction]:
+        return [self.predict(p) for p in world_sizes]
+
+    def with_(self, **changes: Any) -> StepModel:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_run(cls, run: Any, alpha: float, beta: float, **overrides: Any) -> StepModel:
+        """Calibrate from a measured run (`RunResult` or path): compute, gradients, overlap.
+
+        Overlap is the measured share of all-reduce time hidden under backward; alpha and beta
+        come from an all-reduce sweep (`fit_alpha_beta`), measured or assumed.
+        """
+        from mlinfra_lab.scaling.results import load_run
+
+        run = load_run(run)
+        b = run.breakdown()
+        compute = b["forward"] + b["backward"] + b["optimizer"]
+        overlap = 1 - b["exposed_comm"] / b["comm_total"] if b["comm_total"] > 0 else 1.0
+        params: dict[str, Any] = dict(
+            compute_s=compute, grad_bytes=float(run.data["grad_bytes"]), alpha=alpha,
+            beta=beta, overlap=min(1.0, max(0.0, overlap)), ref_world=run.world_size,
+            ref_batch=run.rank_batch, bucket_bytes=run.config.get("bucket_mb", 25) * 2**20,
+            data_s=b["data_wait"])
+        params.update(overrides)
+        return cls(**params)
+
+
+def worked_example() -> tuple[StepModel, dict[str, StepPrediction]]:
+    """The course text's example: ~10% communication at 8 GPUs, ~60% at 64, 2x for 8x GPUs.
+
+    Stated parameters: a 500 MB gradient (125M fp32 parameters) in 25 MB buckets, reduced
+    after backward (no overlap); an interconnect of 40 us per message step and 25 GB/s bus
+    bandwidth; global batch 2048 (256 per GPU at 8 GPUs, 32 at 64); 0.45 s of compute per
+    step at 8 GPUs, half-efficiency batch 32 (fixed per-step costs equal 32 samples' work).
+    """
+    model = StepModel(compute_s=0.45, grad_bytes=500e6, alpha=40e-6, beta=1 / 25e9,
+                      overlap=0.0, ref_world=8, ref_batch=256, global_batch=2048,
+                      batch_half=32, bucket_bytes=25e6)
+    return model, {"8": model.predict(8), "64": model.predict(64)}
