@@ -162,3 +162,28 @@ def test_validate_names_a_grader_that_cannot_fail_or_fails_on_the_source(tmp_pat
     assert any("wrong-grader" in ln and "fails on the source" in ln and "wrong key" in ln
                for ln in fails), fails
     assert "warning: lab placeholder: no grader cells" in err
+
+
+def test_submissions_are_matched_to_a_lab_and_named_after_the_student(tmp_path):
+    from mlinfra_lab.grading.submissions import find_submissions
+
+    labs = load_source_labs(WARMUP)
+    released = release_node(labs["00_warmup"].notebook, "00_warmup")
+    unstamped = release_node(labs["00_warmup"].notebook, "00_warmup")
+    del unstamped.metadata["mlinfra"]  # a tool that dropped the metadata
+    files = {
+        "alice.ipynb": released,  # lab from the metadata
+        "bob_00_warmup.ipynb": unstamped,  # lab from the file name
+        "carol/00_warmup.ipynb": released,  # a folder per student
+        "dave.ipynb": unstamped,  # neither: cannot tell the lab
+        "carol/carol.ipynb": released,  # carol twice
+    }
+    for name, nb in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        nbformat.write(nb, str(tmp_path / name))
+    subs, problems = find_submissions([tmp_path], labs)
+    assert sorted((s.student, s.lab) for s in subs) == [
+        ("alice", "00_warmup"), ("bob", "00_warmup"), ("carol", "00_warmup")]
+    assert sorted(Path(p.path).name for p in problems) == ["carol.ipynb", "dave.ipynb"]
+    assert any("cannot tell which lab" in p.message for p in problems)
+    assert any("a second submission" in p.message for p in problems)

@@ -35,6 +35,13 @@ each and make the exit status 1 after the rest is graded.
 """
 
 
+def _check_limits(args: argparse.Namespace) -> None:
+    if args.timeout <= 0:
+        raise CommandError("--timeout must be a positive number of seconds")
+    if args.jobs < 1:
+        raise CommandError("--jobs must be at least 1")
+
+
 def _release(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -58,9 +65,8 @@ def _grade(args: argparse.Namespace) -> int:
     from .grade import grade_submissions
     from .gradebook import write_gradebook
 
-    if args.timeout <= 0:
-        raise CommandError("--timeout must be a positive number of seconds")
-    config = ExecutionConfig(cell_timeout=args.timeout)
+    _check_limits(args)
+    config = ExecutionConfig(cell_timeout=args.timeout, jobs=args.jobs)
     try:
         report = grade_submissions(args.submissions, args.source, config, progress=True)
     except GradingError as err:
@@ -81,8 +87,10 @@ def _validate(args: argparse.Namespace) -> int:
     from .execute import ExecutionConfig
     from .validate import validate_labs
 
+    _check_limits(args)
     try:
-        report = validate_labs(args.labs, ExecutionConfig(cell_timeout=args.timeout))
+        report = validate_labs(args.labs, ExecutionConfig(cell_timeout=args.timeout,
+                                                          jobs=args.jobs), progress=True)
     except GradingError as err:
         raise CommandError(str(err)) from err
     for line in report.checked:
@@ -120,6 +128,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     grade.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                        help="per-cell time limit; a cell running longer is interrupted "
                        "and fails (default: 60)")
+    grade.add_argument("--jobs", type=int, default=1, metavar="N",
+                       help="notebooks run side by side (default: 1; more helps only with "
+                       "spare cores)")
     grade.set_defaults(func=_grade)
 
     validate = commands.add_parser(
@@ -131,4 +142,6 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     validate.add_argument("labs", metavar="LABS_DIR", help="a folder of labs, or one lab")
     validate.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                           help="per-cell time limit (default: 300)")
+    validate.add_argument("--jobs", type=int, default=1, metavar="N",
+                          help="notebooks run side by side (default: 1)")
     validate.set_defaults(func=_validate)

@@ -11,8 +11,10 @@ Design decisions:
   running past ``config.cell_timeout`` is interrupted (KeyboardInterrupt), and if the kernel
   does not respond nbval stops it, so the remaining cells fail and the batch moves on.
 - One pytest process for the whole batch: pytest and nbval start once, each notebook still
-  gets its own kernel. On 2 cores, notebooks run one after the other: kernels started in
-  parallel would fight for the same cores and make per-cell timeouts unreliable.
+  gets its own kernel. ``config.jobs`` > 1 splits the batch over that many processes run
+  side by side; the default is 1 because on a 2-core machine parallel kernels fight for the
+  same cores (little gain, measured in the report of issue 2) and make per-cell timeouts
+  less reliable.
 - Isolation from the caller's pytest set-up: plugin autoloading is off (only nbval and our
   reporter are loaded), the run uses an empty ini file in a private folder, and
   ``--nbval-current-env`` runs the kernel in this Python environment whatever kernelspec the
@@ -50,6 +52,7 @@ class ExecutionConfig:
     cell_timeout: float = 60.0  # seconds one cell may run before it is interrupted
     startup_timeout: float = 60.0  # seconds a kernel may take to start
     env: tuple[tuple[str, str], ...] = (("MPLBACKEND", "Agg"),)  # extra kernel environment
+    jobs: int = 1  # pytest processes running notebooks side by side (see module docstring)
 
 
 @dataclass(frozen=True)
@@ -92,57 +95,94 @@ def _read_records(report: Path, offset: int) -> tuple[list[dict], int]:
     return [json.loads(line) for line in lines if line.strip()], offset + end
 
 
+@dataclass
+class _Job:
+    """One pytest process running a group of notebooks."""
+
+    proc: subprocess.Popen
+    report: Path
+    log: Path
+    offset: int = 0
+
+
+def _start(group: list[Path], folder: Path, config: ExecutionConfig) -> _Job:
+    folder.mkdir()
+    ini, report, log = folder / "pytest.ini", folder / "cells.jsonl", folder / "log"
+    ini.write_text("[pytest]\n")
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYDEVD_DISABLE_FILE_VALIDATION": "1", **dict(config.env)}
+    with open(log, "wb") as log_fh:  # the child keeps its own handle
+        proc = subprocess.Popen(_command(group, report, ini, config), cwd=folder, env=env,
+                                stdout=log_fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    return _Job(proc, report, log)
+
+
 def run_notebooks(
     paths: Sequence[Path | str],
     config: ExecutionConfig | None = None,
     on_cell: Callable[[Path, CellOutcome], None] | None = None,
-    total_cells: int = 0,
+    progress: str | None = None,
 ) -> dict[Path, dict[str, CellOutcome]]:
     """Run every notebook of `paths` under nbval; outcomes keyed by resolved path, then cell id.
 
-    `on_cell` is called as each cell finishes (for a progress bar). `total_cells`, the number
-    of code cells of the batch, sizes the safety timeout; 0 counts them here.
+    `on_cell` is called as each cell finishes; `progress`, when given, is the description of
+    a tqdm bar counting cells.
     """
     config = config or ExecutionConfig()
     paths = [Path(p).resolve() for p in paths]
     results: dict[Path, dict[str, CellOutcome]] = {p: {} for p in paths}
     if not paths:
         return results
-    if not total_cells:
-        total_cells = sum(_count_code_cells(p) for p in paths)
-    budget = (len(paths) * (config.startup_timeout + 15)
-              + total_cells * (config.cell_timeout + 10) + 60)
+    cells = {p: _count_code_cells(p) for p in paths}
+    groups = [g for g in (paths[i :: max(1, config.jobs)] for i in range(config.jobs)) if g]
+    budget = max(len(g) * (config.startup_timeout + 15)
+                 + sum(cells[p] for p in g) * (config.cell_timeout + 10) + 60 for g in groups)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=sum(cells.values()), desc=progress, unit="cell")
     with tempfile.TemporaryDirectory(prefix="mlinfra-nbval-") as tmp:
-        ini, report, log = Path(tmp) / "pytest.ini", Path(tmp) / "cells.jsonl", Path(tmp) / "log"
-        ini.write_text("[pytest]\n")
-        env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-               "PYDEVD_DISABLE_FILE_VALIDATION": "1", **dict(config.env)}
-        offset, deadline = 0, time.monotonic() + budget
-        with open(log, "wb") as log_fh:
-            proc = subprocess.Popen(_command(paths, report, ini, config), cwd=tmp, env=env,
-                                    stdout=log_fh, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+        jobs = [_start(g, Path(tmp) / f"job{i}", config) for i, g in enumerate(groups)]
+        deadline = time.monotonic() + budget
+        try:
             while True:
-                done = proc.poll() is not None
-                records, offset = _read_records(report, offset)
-                for rec in records:
-                    path = Path(rec["path"]).resolve()
-                    outcome = CellOutcome(rec["cell_id"], rec["cell_num"], rec["outcome"],
-                                          rec["message"])
-                    results.setdefault(path, {})[rec["cell_id"] or f"#{rec['cell_num']}"] = outcome
-                    if on_cell:
-                        on_cell(path, outcome)
-                if done:
+                running = [job for job in jobs if job.proc.poll() is None]
+                for job in jobs:
+                    records, job.offset = _read_records(job.report, job.offset)
+                    for rec in records:
+                        path = Path(rec["path"]).resolve()
+                        outcome = CellOutcome(rec["cell_id"], rec["cell_num"], rec["outcome"],
+                                              rec["message"])
+                        key = rec["cell_id"] or f"#{rec['cell_num']}"
+                        results.setdefault(path, {})[key] = outcome
+                        if on_cell:
+                            on_cell(path, outcome)
+                        if bar is not None:
+                            bar.update(1)
+                if not running:
                     break
                 if time.monotonic() > deadline:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                    for job in running:
+                        os.killpg(job.proc.pid, signal.SIGKILL)
+                        job.proc.wait()
                     break
                 time.sleep(0.2)
-        if proc.returncode not in (0, 1, 5, -signal.SIGKILL) and not any(results.values()):
-            tail = log.read_text(errors="replace")[-1500:]
-            raise ExecutionError(f"the nbval run could not start (exit {proc.returncode}); "
-                                 f"is nbval installed in this environment? Output:\n{tail}")
+        finally:
+            if bar is not None:
+                bar.close()
+            for job in jobs:  # on an exception (Ctrl-C) leave no kernel behind
+                if job.proc.poll() is None:
+                    os.killpg(job.proc.pid, signal.SIGKILL)
+                    job.proc.wait()
+        for job in jobs:
+            if job.proc.returncode not in (0, 1, 5, -signal.SIGKILL) \
+                    and not any(results[p] for p in paths):
+                tail = job.log.read_text(errors="replace")[-1500:]
+                raise ExecutionError(f"the nbval run could not start (exit "
+                                     f"{job.proc.returncode}); is nbval installed in this "
+                                     f"environment? Output:\n{tail}")
     return results
 
 

@@ -130,19 +130,8 @@ def grade_submissions(
             nbformat.write(nb, str(path))
             prepared.append(path.resolve())
             notes.append(note)
-        total = sum(sum(1 for c in nbformat.read(str(p), 4).cells if c.cell_type == "code")
-                    for p in prepared)
-        bar = None
-        if progress and prepared:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=total, desc=f"grading {len(prepared)} notebooks", unit="cell")
-        try:
-            outcomes = run_notebooks(prepared, config, total_cells=total,
-                                     on_cell=(lambda _p, _o: bar.update(1)) if bar else None)
-        finally:
-            if bar is not None:
-                bar.close()
+        outcomes = run_notebooks(prepared, config, progress=(
+            f"grading {len(prepared)} notebooks" if progress and prepared else None))
     results = []
     for sub, path, note in zip(found, prepared, notes, strict=True):
         ran = outcomes.get(path, {})

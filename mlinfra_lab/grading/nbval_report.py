@@ -40,6 +40,9 @@ def cell_message(exc: BaseException | None) -> str:
     if exc is None:
         return ""
     summary = str(exc.args[0]) if exc.args else type(exc).__name__
+    if summary.startswith("Kernel dead"):
+        return ("not run: the kernel was gone (it crashed, or nbval stopped it after an "
+                "earlier cell hung and could not be interrupted)")
     inner = getattr(exc, "inner_traceback", None)  # nbval's NbCellError
     if not inner or summary.startswith("Timeout"):
         return summary[:MAX_MESSAGE]

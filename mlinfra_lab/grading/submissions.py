@@ -118,12 +118,27 @@ def student_of(path: Path, lab: str) -> str:
     return name or path.resolve().parent.name
 
 
+def _read_submission(path: Path) -> Any:
+    """Read a submitted notebook; any failure is a `SubmissionError` with a one-line reason."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+        if not isinstance(nb.get("cells"), list):
+            raise ValueError("it has no list of cells")
+    # A submission may be any file at all: every way reading it can fail means the same
+    # thing to the instructor, so the net is wide on purpose.
+    except Exception as err:  # noqa: BLE001
+        first = str(err).splitlines()[0] if str(err) else ""
+        raise SubmissionError(f"not a readable Jupyter notebook ({type(err).__name__}: "
+                              f"{first})") from err
+    return nb
+
+
 def find_submissions(
     args: Sequence[Path | str], labs: dict[str, SourceLab]
 ) -> tuple[list[Submission], list[SubmissionProblem]]:
     """Resolve `args` into submissions to grade and problems to report (one line each)."""
-    import nbformat
-
     submissions: list[Submission] = []
     problems: list[SubmissionProblem] = []
     seen: dict[tuple[str, str], Path] = {}
@@ -132,13 +147,10 @@ def find_submissions(
             problem = "not a Jupyter notebook (expected an .ipynb file)"
         if problem is None:
             try:
-                nb = nbformat.read(str(path), as_version=4)
+                nb = _read_submission(path)
                 lab = lab_of(nb, path, labs)
             except SubmissionError as err:
                 problem = str(err)
-            except (OSError, ValueError, KeyError, AttributeError) as err:
-                problem = f"not a readable Jupyter notebook ({type(err).__name__}: " \
-                          f"{str(err).splitlines()[0] if str(err) else ''})"
         if problem is None:
             student = student_of(path, lab)
             if (student, lab) in seen:

@@ -71,8 +71,10 @@ def _clear(nb):
     return nb
 
 
-def validate_labs(labs: Path | str, config: ExecutionConfig | None = None) -> ValidationReport:
-    """Validate every lab of `labs` (a notebook or a folder of them)."""
+def validate_labs(
+    labs: Path | str, config: ExecutionConfig | None = None, progress: bool = False
+) -> ValidationReport:
+    """Validate every lab of `labs` (a notebook or a folder of them); `progress` shows a bar."""
     import nbformat
 
     from .markers import grader_cells
@@ -106,7 +108,8 @@ def validate_labs(labs: Path | str, config: ExecutionConfig | None = None) -> Va
                 target.parent.mkdir(exist_ok=True)
                 nbformat.write(nb, str(target))
             pairs.append((lab, src_path.resolve(), rel_path.resolve()))
-        outcomes = run_notebooks([p for _, s, r in pairs for p in (s, r)], config)
+        outcomes = run_notebooks([p for _, s, r in pairs for p in (s, r)], config, progress=(
+            f"validating {len(pairs)} labs" if progress and pairs else None))
     for lab, src_path, rel_path in pairs:
         bad = 0
         for g in lab.graders:
