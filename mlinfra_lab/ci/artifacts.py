@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlinfra_lab.ci.jsonfile import JsonFileError, line_of, load_json
+from mlinfra_lab.ci.jsonfile import line_of, load_json
 
 __all__ = [
     "MANIFEST_SCHEMA",
@@ -101,10 +101,7 @@ class ArtifactReport:
 def _check_schema(path: Path, schema: dict[str, Any]) -> Any:
     import jsonschema
 
-    try:
-        doc, text = load_json(path, what="artifact")
-    except JsonFileError as err:
-        raise ArtifactError(str(err)) from None
+    doc, text = load_json(path, what="artifact", error=ArtifactError)
     validator = jsonschema.Draft202012Validator(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
     if error is not None:

@@ -9,8 +9,11 @@ Design decisions:
 - Here, and only here, exact equality is the right check: a checkpoint must be lossless,
   the same computation runs on the same machine in the same process, so one differing bit
   is a real bug (a buffer not saved, a dtype cast, state keyed to the wrong parameter).
-- The fresh model's weights are overwritten with NaN before loading, so a parameter that
-  ``load_state_dict`` silently skipped shows up as NaN outputs instead of passing by luck.
+- The fresh model is a deep copy whose parameters and floating-point buffers are overwritten
+  with NaN before loading, so state that the checkpoint does not carry (a parameter that
+  was skipped, a buffer registered with ``persistent=False`` that training changed) shows
+  up as NaN outputs instead of passing by luck. A model whose non-persistent buffers are
+  rebuilt at construction on purpose should pass ``make_model`` (a factory) instead.
 - Comparing outputs in ``eval()`` mode keeps dropout out of the comparison; the original
   model's train/eval mode is restored afterwards.
 - Inputs default to a seeded random batch sized from the first 2-D weight (``in_features``
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,8 +81,16 @@ def _compare_state(saved: Any, loaded: Any, where: str) -> int:
     return 0
 
 
-def checkpoint_roundtrip(model: Any, optimizer: Any, inputs: Any | None = None) -> CheckpointReport:
-    """Save `model` and `optimizer`, reload into fresh objects, prove they are identical."""
+def checkpoint_roundtrip(
+    model: Any,
+    optimizer: Any,
+    inputs: Any | None = None,
+    make_model: Callable[[], Any] | None = None,
+) -> CheckpointReport:
+    """Save `model` and `optimizer`, reload into fresh objects, prove they are identical.
+
+    The fresh model comes from `make_model()` when given, else from a scrambled deep copy.
+    """
     import torch
 
     buffer = io.BytesIO()
@@ -87,10 +99,14 @@ def checkpoint_roundtrip(model: Any, optimizer: Any, inputs: Any | None = None) 
     buffer.seek(0)
     state = torch.load(buffer, weights_only=True)
 
-    fresh_model = copy.deepcopy(model)
-    with torch.no_grad():
-        for p in fresh_model.parameters():
-            p.fill_(float("nan"))  # anything not reloaded shows up
+    if make_model is not None:
+        fresh_model = make_model()
+    else:
+        fresh_model = copy.deepcopy(model)
+        with torch.no_grad():
+            for t in [*fresh_model.parameters(), *fresh_model.buffers()]:
+                if t.is_floating_point():
+                    t.fill_(float("nan"))  # anything not reloaded shows up
     fresh_model.load_state_dict(state["model"])
     fresh_optimizer = type(optimizer)(fresh_model.parameters(), **optimizer.defaults)
     fresh_optimizer.load_state_dict(state["optimizer"])

@@ -28,17 +28,26 @@ class JsonFileError(ValueError):
     """A JSON file is missing or does not parse; the message names the file and line."""
 
 
-def load_json(path: str | Path, *, what: str = "JSON file", hint: str = "") -> tuple[Any, str]:
-    """Parse `path`; return ``(document, text)``. `what` and `hint` go into error messages."""
+def load_json(
+    path: str | Path,
+    *,
+    what: str = "JSON file",
+    hint: str = "",
+    error: type[Exception] = JsonFileError,
+) -> tuple[Any, str]:
+    """Parse `path`; return ``(document, text)``, or raise `error` naming file and line.
+
+    `what` and `hint` go into the message; `error` lets a caller raise its own subclass.
+    """
     path = Path(path)
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise JsonFileError(f"{path}: no such {what}{'; ' + hint if hint else ''}") from None
+        raise error(f"{path}: no such {what}{'; ' + hint if hint else ''}") from None
     try:
         return json.loads(text), text
     except json.JSONDecodeError as err:
-        raise JsonFileError(
+        raise error(
             f"{path}:{err.lineno}:{err.colno}: malformed {what}: {err.msg}"
             f"{'; ' + hint if hint else ''}"
         ) from None

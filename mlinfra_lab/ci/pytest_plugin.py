@@ -29,7 +29,8 @@ import pytest
 
 __all__ = ["QUARANTINE_KEY"]
 
-QUARANTINE_KEY = pytest.StashKey[list]()  # config.stash: [(nodeid, outcome, reason, issue)]
+# config.stash[QUARANTINE_KEY]: [(nodeid, phase, outcome, reason, issue, error line)]
+QUARANTINE_KEY = pytest.StashKey[list]()
 _UPDATE_ENV = "MLINFRA_UPDATE_REFERENCES"  # read by mlinfra_lab.ci.references
 _SAVED_ENV = pytest.StashKey[Any]()
 
@@ -94,6 +95,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
 
+def _error_line(report: pytest.TestReport) -> str:
+    """The first ``E   ...`` line of a failure, so the summary shows what went wrong."""
+    lines = [ln[1:].strip() for ln in report.longreprtext.splitlines() if ln.startswith("E ")]
+    return lines[0] if lines else (report.longreprtext.strip().splitlines() or [""])[-1]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo
@@ -107,7 +114,10 @@ def pytest_runtest_makereport(
     report.quarantine = (reason, issue)
     if report.when == "call" or report.failed:
         result = "failed" if report.failed else report.outcome
-        item.config.stash[QUARANTINE_KEY].append((item.nodeid, report.when, result, reason, issue))
+        detail = _error_line(report) if report.failed else ""
+        item.config.stash[QUARANTINE_KEY].append(
+            (item.nodeid, report.when, result, reason, issue, detail)
+        )
     if report.failed:
         report.outcome = "skipped"
         report.wasxfail = f"quarantined ({issue}): {reason}"
@@ -131,9 +141,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if not entries:
         return
     terminalreporter.section("quarantined tests (outside the pass/fail gate)", sep="=")
-    for nodeid, when, result, reason, issue in entries:
+    for nodeid, when, result, reason, issue, detail in entries:
         phase = "" if when == "call" else f" in {when}"
         terminalreporter.line(f"{result.upper()}{phase} {nodeid} [{issue}] {reason}")
+        if detail:
+            terminalreporter.line(f"    {detail}")
     failed = sum(1 for entry in entries if entry[2] == "failed")
     terminalreporter.line(
         f"{len(entries)} quarantined, {failed} failed this run: fix them and drop the marker; "

@@ -82,7 +82,7 @@ def _as_list(value: float | Sequence[float]) -> list[float]:
 def _write(path: Path, name: str, value: Any, atol: float, rtol: float, reason: str) -> None:
     entries: dict[str, Any] = {}
     if path.exists():
-        entries, _ = load_json(path, what="reference file")
+        entries, _ = load_json(path, what="reference file", error=ReferenceFileError)
     import importlib.metadata as md
 
     entries[name] = {
@@ -103,7 +103,7 @@ def _write(path: Path, name: str, value: Any, atol: float, rtol: float, reason: 
 
 def _entry(path: Path, name: str) -> tuple[dict[str, Any], int]:
     """The stored entry `name` and the line it starts on."""
-    entries, text = load_json(path, what="reference file", hint=_HINT)
+    entries, text = load_json(path, what="reference file", hint=_HINT, error=ReferenceFileError)
     try:
         if not isinstance(entries, dict):
             raise ReferenceFileError(f"{path}:1: a reference file holds one JSON object")
@@ -150,7 +150,7 @@ def assert_close_to_reference(
         stored = value if isinstance(value, int | float) else _as_list(value)
         old: dict[str, Any] = {}
         if path.exists():
-            entries, _ = load_json(path, what="reference file")
+            entries, _ = load_json(path, what="reference file", error=ReferenceFileError)
             old = entries.get(name, {}) if isinstance(entries, dict) else {}
         _write(
             path,
