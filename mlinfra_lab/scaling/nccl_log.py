@@ -5,7 +5,7 @@ went over each transport (P2P, SHM, NET/IB, NET/Socket, ...), the network plugin
 reported, the ranks and nodes of the communicator, and whether a slow fallback was taken.
 
 Design decisions:
-- Only lines NCCL has printed for years are used: ``Channel XX/Y : a[b] -> c[d] via
+- Only lines NCCL has printed for years are used: ``Channel XX/Y : a[b] -> c[d] [send|receive] via
   TRANSPORT/...`` for each connection, ``Using network NAME`` and ``comm ... nRanks N nNodes
   M``. Anything else is ignored, so a log interleaved with training output still parses.
 - "Slow" means traffic that should ride NVLink or RDMA went elsewhere: any connection over
@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 __all__ = ["NcclTransport", "parse_nccl_log"]
 
-_CHANNEL = re.compile(r"Channel \d+/\d+ : \d+\[[^\]]*\] -> \d+\[[^\]]*\] via (\S+)")
+_CHANNEL = re.compile(
+    r"Channel \d+/\d+ : \d+\[[^\]]*\] -> \d+\[[^\]]*\](?: \[\w+\])? via (\S+)")
 _NETWORK = re.compile(r"Using network (\S+)")
 _COMM = re.compile(r"nRanks (\d+) nNodes (\d+)")
 _VERSION = re.compile(r"NCCL version (\S+)")
