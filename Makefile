@@ -20,7 +20,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book test unit notebooks validate browser lint lab lock clean \
+.PHONY: setup book test unit notebooks validate browser lint lab lock check-lock clean \
         bench-attention bench-tracking bench-staleness
 
 setup: $(STAMP)
@@ -56,10 +56,17 @@ validate: setup
 browser: setup
 	$(PYTEST) -m browser tests
 
-test: setup lint unit notebooks validate book browser
+# The environment must match the committed lock (chapter 3, tier 2): drift fails the build.
+check-lock: setup
+	$(BIN)/mlinfra-lab ci check-lock requirements.lock
+
+test: setup lint check-lock unit notebooks validate book browser
 
 lab: setup
 	$(BIN)/jupyter lab
+
+lock: setup
+	$(BIN)/mlinfra-lab ci lock requirements.lock
 
 clean:
 	rm -rf _build .pytest_cache
