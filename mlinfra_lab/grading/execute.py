@@ -16,7 +16,8 @@ Design decisions:
   same cores (little gain, measured in the report of issue 2) and make per-cell timeouts
   less reliable.
 - Isolation from the caller's pytest set-up: plugin autoloading is off (only nbval and our
-  reporter are loaded), the run uses an empty ini file in a private folder, and
+  reporter are loaded), ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS`` are not passed on, the run
+  uses an empty ini file in a private folder, and
   ``--nbval-current-env`` runs the kernel in this Python environment whatever kernelspec the
   notebook names.
 - Outcomes stream in through `nbval_report` (JSON lines), which also drives the progress
@@ -109,8 +110,9 @@ def _start(group: list[Path], folder: Path, config: ExecutionConfig) -> _Job:
     folder.mkdir()
     ini, report, log = folder / "pytest.ini", folder / "cells.jsonl", folder / "log"
     ini.write_text("[pytest]\n")
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-           "PYDEVD_DISABLE_FILE_VALIDATION": "1", **dict(config.env)}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    env.update({"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+                **dict(config.env)})
     with open(log, "wb") as log_fh:  # the child keeps its own handle
         proc = subprocess.Popen(_command(group, report, ini, config), cwd=folder, env=env,
                                 stdout=log_fh, stderr=subprocess.STDOUT,

@@ -122,18 +122,25 @@ def grade_submissions(
     warnings = [f"{s.path}: lab '{s.lab}' has no grader cells; scored 0 of 0"
                 for s in found if not labs[s.lab].graders]
     with tempfile.TemporaryDirectory(prefix="mlinfra-grade-") as tmp:
-        prepared, notes = [], []
+        prepared, notes, graded = [], [], []
         for k, sub in enumerate(found):
-            nb, note = restore_graders(sub.notebook, labs[sub.lab])
             path = Path(tmp) / f"{k:04d}" / f"{sub.lab}.ipynb"
-            path.parent.mkdir()
-            nbformat.write(nb, str(path))
+            try:
+                nb, note = restore_graders(sub.notebook, labs[sub.lab])
+                path.parent.mkdir()
+                nbformat.write(nb, str(path))
+            # a malformed cell in a student's file must not stop the batch: report it
+            except Exception as err:  # noqa: BLE001
+                problems.append(SubmissionProblem(str(sub.path), "cannot prepare the notebook "
+                                                  f"for grading ({type(err).__name__}: {err})"))
+                continue
             prepared.append(path.resolve())
             notes.append(note)
+            graded.append(sub)
         outcomes = run_notebooks(prepared, config, progress=(
             f"grading {len(prepared)} notebooks" if progress and prepared else None))
     results = []
-    for sub, path, note in zip(found, prepared, notes, strict=True):
+    for sub, path, note in zip(graded, prepared, notes, strict=True):
         ran = outcomes.get(path, {})
         cells = []
         for g in labs[sub.lab].graders:

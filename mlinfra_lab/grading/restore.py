@@ -11,7 +11,8 @@ Design decisions:
 - A deleted grader goes back right after the nearest cell that precedes it in the source and
   still exists in the submission, so it runs after the student's solution cell it tests.
 - A student's copy of a grader (new id) stays as an ordinary, unscored cell; a duplicate of a
-  grader id is dropped.
+  grader id is dropped. A cell without any id (a tool that saved nbformat < 4.5) is matched
+  by the checksum the release put in its metadata.
 - Every status is reported (`RestoreNote`): "as released", "edited", "deleted", and
   "older release" when the submission's checksum differs from the current source's, so an
   instructor can see who edited graders and who worked from an outdated release.
@@ -67,8 +68,11 @@ def restore_graders(submission_nb: Any, lab: SourceLab) -> tuple[Any, dict[str, 
     by_id = {g.cell_id: g for g in lab.graders}
     notes: dict[str, RestoreNote] = {}
     cells = []
+    by_checksum = {g.checksum: g.cell_id for g in lab.graders}
     for cell in nb.cells:
         cell_id = cell.get("id")
+        if not cell_id:  # a tool that wrote nbformat < 4.5 dropped the ids: use the checksum
+            cell_id = by_checksum.get(cell.get("metadata", {}).get("checksum"))
         if cell_id in by_id:
             if cell_id in notes:
                 continue  # a duplicate of a grader id: drop it
