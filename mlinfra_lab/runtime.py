@@ -49,9 +49,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "cpu": {"world_sizes": [1, 2], "steps": 8, "hidden": 256, "batch": 32},
         "gpu": {"world_sizes": [1], "steps": 30, "hidden": 4096, "batch": 64},
     },
-    "ci": {
-        "cpu": {"steps": 20, "examples": 100, "runs": 5},
-        "gpu": {"steps": 20, "examples": 100, "runs": 5},
+    "ci": {  # runs: in-process repeats (ms each); fresh_runs: new processes (~5 s each)
+        "cpu": {"steps": 20, "examples": 100, "runs": 8, "fresh_runs": 2},
+        "gpu": {"steps": 20, "examples": 100, "runs": 8, "fresh_runs": 3},
     },
     "tracking": {
         "cpu": {"runs": 200, "metrics": 5, "steps": 50},
