@@ -54,8 +54,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_FORWARDED = ("NCCL_", "GLOO_", "TORCH_", "NVSHMEM_", "CUDA_VISIBLE_DEVICES")
+
+
+def _forwarded_env() -> dict[str, str]:
+    """The communication settings of the launching process, as they are now."""
+    return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED)}
+
+
 def _child(rank: int, world: int, port: int, job: str, payload: dict[str, Any],
-           outdir: str, beats: Any, timeout_s: float) -> None:
+           outdir: str, beats: Any, timeout_s: float, env: dict[str, str]) -> None:
+    # The fork server was started with the environment of the first launch: replace its
+    # communication settings with the launcher's current ones.
+    for key in [k for k in os.environ if k.startswith(_FORWARDED) and k not in env]:
+        del os.environ[key]
+    os.environ.update(env)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     import torch
@@ -113,7 +126,7 @@ def _run_group(nproc: int, job: str, payload: dict[str, Any], timeout_s: float,
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="mlinfra-scaling-") as outdir:
         procs = [ctx.Process(target=_child, args=(r, nproc, port, job, payload, outdir, beats,
-                                                  timeout_s), daemon=True)
+                                                  timeout_s, _forwarded_env()), daemon=True)
                  for r in range(nproc)]
         for p in procs:
             p.start()

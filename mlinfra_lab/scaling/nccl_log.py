@@ -26,7 +26,7 @@ __all__ = ["NcclTransport", "parse_nccl_log"]
 _CHANNEL = re.compile(
     r"Channel \d+/\d+ : \d+\[[^\]]*\] -> \d+\[[^\]]*\](?: \[\w+\])? via (\S+)")
 _NETWORK = re.compile(r"Using network (\S+)")
-_COMM = re.compile(r"nRanks (\d+) nNodes (\d+)")
+_COMM = re.compile(r"nranks (\d+)(?: nNodes (\d+))?", re.IGNORECASE)
 _VERSION = re.compile(r"NCCL version (\S+)")
 
 
@@ -79,5 +79,6 @@ def parse_nccl_log(text: str) -> NcclTransport:
         elif m := _VERSION.search(line):
             version = version or m.group(1)
         if m := _COMM.search(line):
-            nranks, nnodes = int(m.group(1)), int(m.group(2))
+            nranks = int(m.group(1))
+            nnodes = int(m.group(2)) if m.group(2) else nnodes
     return NcclTransport(dict(counts), network, nranks, nnodes, version)
