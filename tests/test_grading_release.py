@@ -154,7 +154,8 @@ def test_validate_names_a_grader_that_cannot_fail_or_fails_on_the_source(tmp_pat
     })
     placeholder = new_notebook(cells=[new_markdown_cell("# Placeholder")])
     nbformat.write(placeholder, str(labs / "placeholder.ipynb"))
-    assert main(["validate", str(labs), "--timeout", "60"]) == 1
+    # --jobs 2: the source and the release run side by side (exercises the multi-job path)
+    assert main(["validate", str(labs), "--timeout", "60", "--jobs", "2"]) == 1
     err = capsys.readouterr().err
     fails = [ln for ln in err.splitlines() if ln.startswith("FAIL:")]
     assert len(fails) == 2, err

@@ -101,6 +101,7 @@ class _Job:
     """One pytest process running a group of notebooks."""
 
     proc: subprocess.Popen
+    paths: list[Path]
     report: Path
     log: Path
     offset: int = 0
@@ -117,7 +118,7 @@ def _start(group: list[Path], folder: Path, config: ExecutionConfig) -> _Job:
         proc = subprocess.Popen(_command(group, report, ini, config), cwd=folder, env=env,
                                 stdout=log_fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    return _Job(proc, report, log)
+    return _Job(proc, group, report, log)
 
 
 def run_notebooks(
@@ -137,7 +138,8 @@ def run_notebooks(
     if not paths:
         return results
     cells = {p: _count_code_cells(p) for p in paths}
-    groups = [g for g in (paths[i :: max(1, config.jobs)] for i in range(config.jobs)) if g]
+    n_jobs = max(1, config.jobs)
+    groups = [g for g in (paths[i::n_jobs] for i in range(n_jobs)) if g]
     budget = max(len(g) * (config.startup_timeout + 15)
                  + sum(cells[p] for p in g) * (config.cell_timeout + 10) + 60 for g in groups)
     bar = None
@@ -180,7 +182,7 @@ def run_notebooks(
                     job.proc.wait()
         for job in jobs:
             if job.proc.returncode not in (0, 1, 5, -signal.SIGKILL) \
-                    and not any(results[p] for p in paths):
+                    and not any(results[p] for p in job.paths):
                 tail = job.log.read_text(errors="replace")[-1500:]
                 raise ExecutionError(f"the nbval run could not start (exit "
                                      f"{job.proc.returncode}); is nbval installed in this "
