@@ -27,8 +27,10 @@ user without READ_ARTIFACTS is not even shown the blob URI.
 from __future__ import annotations
 
 import enum
+import functools
+from typing import Any
 
-from sqlalchemy import Connection, func, select, union_all
+from sqlalchemy import Connection, bindparam, func, select, union_all
 
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import NotFound, PermissionDenied, TrackingError
@@ -71,7 +73,7 @@ def ensure_principal(conn: Connection, name: str, kind: str = "user") -> int:
     return conn.execute(S.principals.insert().values(name=name, kind=kind)).inserted_primary_key[0]
 
 
-def _principal_ids(user: str):
+def _principal_ids(user):  # noqa: ANN001 (a str or a bindparam)
     """Subquery: the user's own principal id and the ids of the teams they belong to."""
     p, tm = S.principals, S.team_members
     own = select(p.c.id).where(p.c.name == user)
@@ -79,13 +81,20 @@ def _principal_ids(user: str):
     return union_all(own, teams)
 
 
+@functools.cache
+def _statements() -> dict[str, Any]:
+    """The access queries, built once with bound parameters (they run on every call)."""
+    ids = _principal_ids(bindparam("user")).subquery()
+    level = select(func.max(S.grants.c.level)).where(
+        S.grants.c.project_id == bindparam("pid"), S.grants.c.principal_id.in_(select(ids.c[0]))
+    )
+    project = select(S.projects.c.id).where(S.projects.c.name == bindparam("name"))
+    return {"level": level, "project": project}
+
+
 def effective_level(conn: Connection, project_id: int, user: str) -> Level:
     """Highest level `user` holds on the project, directly or through a team (NONE if none)."""
-    ids = _principal_ids(user).subquery()
-    q = select(func.max(S.grants.c.level)).where(
-        S.grants.c.project_id == project_id, S.grants.c.principal_id.in_(select(ids.c[0]))
-    )
-    return Level(conn.execute(q).scalar() or 0)
+    return Level(conn.execute(_statements()["level"], {"pid": project_id, "user": user}).scalar() or 0)
 
 
 def visible_project_ids(conn: Connection, user: str, at_least: Level = Level.VIEW) -> list[int]:
@@ -113,7 +122,7 @@ def require(conn: Connection, project: str, user: str, needed: Level, action: st
     A project that does not exist is reported as missing a grant too, so that probing
     names tells an outsider nothing.
     """
-    pid = conn.execute(select(S.projects.c.id).where(S.projects.c.name == project)).scalar()
+    pid = conn.execute(_statements()["project"], {"name": project}).scalar()
     if pid is None or effective_level(conn, pid, user) < needed:
         raise PermissionDenied(user, project, needed.name, action)
     return pid

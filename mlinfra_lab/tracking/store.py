@@ -23,6 +23,7 @@ schema, db, query, access, lineage, retention, cache, artifacts, run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import getpass
 import hashlib
 import io
@@ -33,7 +34,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
-from sqlalchemy import Connection, and_, delete, func, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from mlinfra_lab.tracking import access, lineage, query
@@ -111,6 +112,18 @@ class GcReport:
     bytes_freed: int
     referenced: int  # blobs kept because a row references them
     dry_run: bool
+
+
+@functools.cache
+def _child_statements() -> dict[str, Any]:
+    """Queries loading params, latest metrics and tags of a page of runs (built once)."""
+    ids = bindparam("ids", expanding=True)
+    p, m, t = S.params, S.latest_metrics, S.tags
+    return {
+        "params": select(p.c.run_id, p.c.key, p.c.value_str).where(p.c.run_id.in_(ids)),
+        "metrics": select(m.c.run_id, m.c.key, m.c.value).where(m.c.run_id.in_(ids)),
+        "tags": select(t.c.run_id, t.c.key, t.c.value).where(t.c.run_id.in_(ids)),
+    }
 
 
 def _number(v: Any) -> float | None:
@@ -356,11 +369,12 @@ class TrackingStore:
         mets: dict[int, dict] = {i: {} for i in ids}
         tags: dict[int, dict] = {i: {} for i in ids}
         if ids:
-            for r in conn.execute(select(S.params.c.run_id, S.params.c.key, S.params.c.value_str).where(S.params.c.run_id.in_(ids))):
+            load = _child_statements()
+            for r in conn.execute(load["params"], {"ids": ids}):
                 params[r[0]][r[1]] = r[2]
-            for r in conn.execute(select(S.latest_metrics.c.run_id, S.latest_metrics.c.key, S.latest_metrics.c.value).where(S.latest_metrics.c.run_id.in_(ids))):
+            for r in conn.execute(load["metrics"], {"ids": ids}):
                 mets[r[0]][r[1]] = r[2]
-            for r in conn.execute(select(S.tags.c.run_id, S.tags.c.key, S.tags.c.value).where(S.tags.c.run_id.in_(ids))):
+            for r in conn.execute(load["tags"], {"ids": ids}):
                 tags[r[0]][r[1]] = r[2]
         return [RunInfo(r.id, names[r.project_id], r.name, r.status, r.user, r.code_commit, r.created_at,
                         r.ended_at, params[r.id], mets[r.id], tags[r.id]) for r in rows]  # fmt: skip

@@ -1,0 +1,331 @@
+"""`mlinfra-lab bench tracking`: this store side by side with MLflow's SQLAlchemy store on SQLite.
+
+Contract: `run_benchmark(config)` measures, for this store and (when installed) MLflow, on
+SQLite files in one work directory on this machine: metric-logging throughput
+(``log_runs x log_metrics x log_steps`` points, logged one step at a time the way a
+training loop does), run creation throughput (runs with params, tags and two metrics),
+and p50/p99 latency of five representative searches over a database of `search_runs`
+runs; it returns one JSON-able dict with the machine, versions, config and the ratios.
+
+Design decisions:
+- Same workload, same API level: each system is driven through its public Python API
+  (`TrackingStore` / `MlflowClient`), one call per training step, as a user would.
+  MLflow is also measured in its best case (`log_batch` of 1000 points per call, which a
+  user must buffer by hand), and both numbers are reported.
+- MLflow is about two orders of magnitude slower per call, so its log and create phases
+  may run at a smaller scale (`mlflow_scale`); throughputs are rates, so the ratio stays
+  meaningful, and the JSON records the scale each number was measured at.
+- The search database is grown to `search_runs` runs: the runs created through the API
+  plus synthetic runs inserted directly with SQL into each system's own tables (untimed,
+  same generator, same value distributions), so both answer the same queries over the
+  same number of runs. The JSON says how many runs were bulk-inserted.
+- Latencies are wall-clock per call after two warm-up calls; the machine's load average
+  is recorded, because on a shared machine it moves every number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BenchConfig", "QUERIES", "run_benchmark", "synthetic_runs"]
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    scale: float = 1.0  # multiplies every run count below (1.0 = the issue's sizes)
+    mlflow_scale: float | None = None  # MLflow's log/create scale (it is slow); None = scale
+    log_runs: int = 100  # metric logging: runs x metrics x steps = 1M points at scale 1
+    log_metrics: int = 10
+    log_steps: int = 1000
+    create_runs: int = 100_000  # runs created through the API (timed)
+    search_runs: int = 100_000  # database size for the searches (rest bulk-inserted)
+    search_repeats: int = 30  # timed calls per query, for p50/p99
+    with_mlflow: bool = True
+    seed: int = 0
+
+    def n(self, count: int, mlflow: bool = False) -> int:
+        s = self.mlflow_scale if (mlflow and self.mlflow_scale is not None) else self.scale
+        return max(1, int(round(count * s)))
+
+
+# (name, this store's filter, MLflow's filter); {week_ms} is filled in at run time.
+QUERIES: tuple[tuple[str, str, str], ...] = (
+    ("metric range", "metrics.val_acc > 0.95", "metrics.val_acc > 0.95"),
+    ("param and metric", "params.optimizer = 'adam' and metrics.val_loss < 0.1",
+     "params.optimizer = 'adam' and metrics.val_loss < 0.1"),
+    ("tag and status", "tags.team = 'nlp' and status = 'FINISHED'",
+     "tags.team = 'nlp' and attributes.status = 'FINISHED'"),
+    ("last 7 days", "created > -7d", "attributes.start_time > {week_ms}"),
+    ("like, tag, metric", "params.model like 'resnet%' and tags.team = 'vision' and metrics.val_acc > 0.9",
+     "params.model LIKE 'resnet%' and tags.team = 'vision' and metrics.val_acc > 0.9"),
+)  # fmt: skip
+
+
+def synthetic_runs(n: int, seed: int, now: float) -> list[dict[str, Any]]:
+    """`n` run specs with realistic spreads: params, a team tag, final metrics, a creation time."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        acc = rng.uniform(0.3, 0.99)
+        out.append({
+            "params": {"lr": rng.choice([1e-4, 3e-4, 1e-3, 3e-3, 1e-2]),
+                       "optimizer": rng.choice(["adam", "adamw", "sgd"]),
+                       "model": rng.choice(["resnet18", "resnet50", "vit-b16", "bert-base", "gpt2"]),
+                       "batch_size": rng.choice([32, 64, 128, 256])},
+            "tags": {"team": rng.choice(["nlp", "vision", "speech", "rl"])},
+            "metrics": {"val_acc": acc, "val_loss": max(0.0, 1 - acc + rng.gauss(0, 0.05))},
+            "created": now - rng.uniform(0, 365) * DAY,
+        })  # fmt: skip
+    return out
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+
+
+def _time_queries(search, queries: list[tuple[str, str]], repeats: int) -> dict[str, Any]:
+    rows, every = [], []
+    for name, text in queries:
+        results = len(search(text))
+        search(text)  # second warm-up
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            search(text)
+            samples.append((time.perf_counter() - t0) * 1000)
+        every += samples
+        rows.append({"name": name, "filter": text, "results": results,
+                     "p50_ms": statistics.median(samples), "p99_ms": _percentile(samples, 99)})  # fmt: skip
+    return {"queries": rows, "p50_ms": statistics.median(every), "p99_ms": _percentile(every, 99)}
+
+
+# -- this store ------------------------------------------------------------------------
+def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str, Any]:
+    from sqlalchemy import func, select
+
+    from mlinfra_lab.tracking import schema as S
+    from mlinfra_lab.tracking.db import write_tx
+    from mlinfra_lab.tracking.store import TrackingStore
+
+    store = TrackingStore(f"sqlite:///{work / 'mlinfra.db'}", str(work / "mlinfra-artifacts"), default_user="bench")
+    out: dict[str, Any] = {"system": "mlinfra_lab.tracking", "backend": "sqlite (WAL)"}
+    runs, keys = cfg.n(cfg.log_runs), [f"m{k}" for k in range(cfg.log_metrics)]
+    t0 = time.perf_counter()
+    for r in progress(range(runs), desc="mlinfra: log metrics"):
+        run = store.start_run("log", name=f"log-{r}")
+        for step in range(cfg.log_steps):
+            run.log_metrics({k: step / cfg.log_steps for k in keys}, step=step)
+        run.end()
+    dt = time.perf_counter() - t0
+    points = runs * cfg.log_steps * cfg.log_metrics
+    out["log"] = {"runs": runs, "points": points, "seconds": dt, "points_per_s": points / dt}
+    assert store.count("metrics") == points, "the benchmark lost metric points"
+
+    n_create = cfg.n(cfg.create_runs)
+    specs = synthetic_runs(max(n_create, cfg.n(cfg.search_runs)), cfg.seed, now)
+    t0 = time.perf_counter()
+    for spec in progress(specs[:n_create], desc="mlinfra: create runs"):
+        run = store.start_run("search", params=spec["params"], tags=spec["tags"], start_time=spec["created"])
+        run.log_metrics(spec["metrics"])
+        run.end()
+    dt = time.perf_counter() - t0
+    out["create"] = {"runs": n_create, "seconds": dt, "runs_per_s": n_create / dt}
+
+    fill = specs[n_create:]
+    with write_tx(store.engine) as conn:
+        pid = conn.execute(select(S.projects.c.id).where(S.projects.c.name == "search")).scalar()
+        next_id = (conn.execute(select(func.max(S.runs.c.id))).scalar() or 0) + 1
+    for i in progress(range(0, len(fill), 5000), desc="mlinfra: bulk fill"):
+        chunk, runs_rows, p_rows, t_rows, m_rows = fill[i:i + 5000], [], [], [], []
+        for spec in chunk:
+            rid, next_id = next_id, next_id + 1
+            p = spec["params"]
+            runs_rows.append({"id": rid, "project_id": pid, "name": f"run-{rid}", "status": "FINISHED",
+                              "user": "bench", "code_commit": None, "created_at": spec["created"],
+                              "ended_at": spec["created"] + 60, "hot_lr": p["lr"],
+                              "hot_batch_size": float(p["batch_size"])})  # fmt: skip
+            p_rows += [{"run_id": rid, "key": k, "value_str": str(v),
+                        "value_num": v if isinstance(v, int | float) else None} for k, v in p.items()]  # fmt: skip
+            t_rows += [{"run_id": rid, "key": k, "value": v} for k, v in spec["tags"].items()]
+            m_rows += [{"run_id": rid, "key": k, "step": 0, "value": v} for k, v in spec["metrics"].items()]
+        with write_tx(store.engine) as conn:
+            conn.execute(S.runs.insert(), runs_rows)
+            conn.execute(S.params.insert(), p_rows)
+            conn.execute(S.tags.insert(), t_rows)
+            conn.execute(S.latest_metrics.insert(), m_rows)
+            conn.execute(S.metrics.insert(), [r | {"timestamp": now} for r in m_rows])
+    with store.engine.connect() as conn:
+        conn.exec_driver_sql("ANALYZE")
+    queries = [(name, ours) for name, ours, _ in QUERIES]
+    search = _time_queries(lambda f: store.search_runs("search", f, limit=100), queries, cfg.search_repeats)
+    out["search"] = {"db_runs": len(specs), "bulk_inserted": len(fill), **search,
+                     "plans": {name: store.explain_search("search", f) for name, f in queries}}  # fmt: skip
+    out["db_bytes"] = os.path.getsize(work / "mlinfra.db")
+    store.close()
+    return out
+
+
+# -- MLflow ----------------------------------------------------------------------------
+def _bench_mlflow(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str, Any]:
+    import logging
+
+    import sqlalchemy as sa
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    logging.getLogger("mlflow").setLevel(logging.ERROR)
+    url = f"sqlite:///{work / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=url)
+    out: dict[str, Any] = {"system": "mlflow (SqlAlchemyStore via MlflowClient)", "backend": "sqlite"}
+    exp = client.create_experiment("log", artifact_location=(work / "mlflow-artifacts").as_uri())
+    runs, keys = cfg.n(cfg.log_runs, mlflow=True), [f"m{k}" for k in range(cfg.log_metrics)]
+    t0 = time.perf_counter()
+    for _ in progress(range(runs), desc="mlflow: log metrics"):
+        rid = client.create_run(exp).info.run_id
+        for step in range(cfg.log_steps):
+            ts = int(time.time() * 1000)
+            client.log_batch(rid, metrics=[Metric(k, step / cfg.log_steps, ts, step) for k in keys])
+        client.set_terminated(rid)
+    dt = time.perf_counter() - t0
+    points = runs * cfg.log_steps * cfg.log_metrics
+    out["log"] = {"runs": runs, "points": points, "seconds": dt, "points_per_s": points / dt}
+    # MLflow's best case: the user buffers points and sends log_batch of 1000 (its maximum).
+    rid = client.create_run(exp).info.run_id
+    pts = [Metric(k, 0.5, int(now * 1000), s) for s in range(cfg.log_steps) for k in keys]
+    t0 = time.perf_counter()
+    for i in range(0, len(pts), 1000):
+        client.log_batch(rid, metrics=pts[i:i + 1000])
+    dt = time.perf_counter() - t0
+    out["log_batched_1000"] = {"points": len(pts), "seconds": dt, "points_per_s": len(pts) / dt}
+
+    sexp = client.create_experiment("search", artifact_location=(work / "mlflow-artifacts").as_uri())
+    n_create = cfg.n(cfg.create_runs, mlflow=True)
+    specs = synthetic_runs(max(n_create, cfg.n(cfg.search_runs)), cfg.seed, now)
+    t0 = time.perf_counter()
+    for spec in progress(specs[:n_create], desc="mlflow: create runs"):
+        rid = client.create_run(sexp, start_time=int(spec["created"] * 1000), tags=spec["tags"]).info.run_id
+        client.log_batch(rid, metrics=[Metric(k, v, int(now * 1000), 0) for k, v in spec["metrics"].items()],
+                         params=[Param(k, str(v)) for k, v in spec["params"].items()])  # fmt: skip
+        client.set_terminated(rid)
+    dt = time.perf_counter() - t0
+    out["create"] = {"runs": n_create, "seconds": dt, "runs_per_s": n_create / dt}
+
+    engine = sa.create_engine(url)
+    md = sa.MetaData()
+    t = {name: sa.Table(name, md, autoload_with=engine) for name in ("runs", "params", "tags", "metrics", "latest_metrics")}
+    with engine.connect() as conn:
+        template = dict(conn.execute(sa.select(t["runs"]).where(t["runs"].c.experiment_id == int(sexp)).limit(1)).mappings().first())
+    fill = specs[n_create:]
+    ts = int(now * 1000)
+    for i in progress(range(0, len(fill), 5000), desc="mlflow: bulk fill"):
+        runs_rows, p_rows, t_rows, m_rows = [], [], [], []
+        for spec in fill[i:i + 5000]:
+            ru = uuid.uuid4().hex
+            start = int(spec["created"] * 1000)
+            runs_rows.append(template | {"run_uuid": ru, "name": f"run-{ru[:8]}", "status": "FINISHED",
+                                         "start_time": start, "end_time": start + 60_000,
+                                         "artifact_uri": f"{template['artifact_uri'].rsplit('/', 2)[0]}/{ru}/artifacts"})  # fmt: skip
+            p_rows += [{"key": k, "value": str(v), "run_uuid": ru} for k, v in spec["params"].items()]
+            t_rows += [{"key": k, "value": v, "run_uuid": ru} for k, v in spec["tags"].items()]
+            t_rows.append({"key": "mlflow.runName", "value": f"run-{ru[:8]}", "run_uuid": ru})
+            m_rows += [{"key": k, "value": v, "timestamp": ts, "step": 0, "is_nan": False, "run_uuid": ru}
+                       for k, v in spec["metrics"].items()]  # fmt: skip
+        with engine.begin() as conn:
+            conn.execute(t["runs"].insert(), runs_rows)
+            conn.execute(t["params"].insert(), p_rows)
+            conn.execute(t["tags"].insert(), t_rows)
+            conn.execute(t["metrics"].insert(), m_rows)
+            conn.execute(t["latest_metrics"].insert(), m_rows)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("ANALYZE")
+    engine.dispose()
+    week_ms = int((now - 7 * DAY) * 1000)
+    queries = [(name, theirs.format(week_ms=week_ms)) for name, _, theirs in QUERIES]
+    search = _time_queries(lambda f: client.search_runs([sexp], f, max_results=100), queries, cfg.search_repeats)
+    out["search"] = {"db_runs": len(specs), "bulk_inserted": len(fill), **search}
+    out["db_bytes"] = os.path.getsize(work / "mlflow.db")
+    return out
+
+
+def _versions() -> dict[str, str | None]:
+    import sqlite3
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
+    for pkg in ("mlinfra-lab", "sqlalchemy", "alembic", "fsspec", "mlflow"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def mlflow_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("mlflow") is not None
+
+
+def run_benchmark(cfg: BenchConfig, workdir: str | None = None, progress=None) -> dict[str, Any]:
+    """Run the benchmark; return the results dict (machine, versions, config, systems, ratios)."""
+    if progress is None:
+        def progress(it, desc=""):  # noqa: ANN001, ARG001 (plain iteration, no bar)
+            return it
+    now = time.time()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="mlinfra-bench-", dir=workdir) as tmp:
+        work = Path(tmp)
+        systems = {"mlinfra": _bench_ours(cfg, work, now, progress)}
+        notes = []
+        if cfg.with_mlflow and mlflow_available():
+            systems["mlflow"] = _bench_mlflow(cfg, work, now, progress)
+        elif cfg.with_mlflow:
+            notes.append("MLflow is not installed (pip install 'mlinfra-lab[bench]'): measured this store only")
+    result: dict[str, Any] = {
+        "benchmark": "tracking",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpu_count": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "versions": _versions(),
+        "config": asdict(cfg),
+        "systems": systems,
+        "notes": notes,
+    }  # fmt: skip
+    if "mlflow" in systems:
+        ours, theirs = systems["mlinfra"], systems["mlflow"]
+        result["ratios"] = {
+            "log_throughput_vs_mlflow_per_step": ours["log"]["points_per_s"] / theirs["log"]["points_per_s"],
+            "log_throughput_vs_mlflow_batched_1000": ours["log"]["points_per_s"] / theirs["log_batched_1000"]["points_per_s"],
+            "create_throughput": ours["create"]["runs_per_s"] / theirs["create"]["runs_per_s"],
+            "search_p50_latency": theirs["search"]["p50_ms"] / ours["search"]["p50_ms"],
+            "search_p99_latency": theirs["search"]["p99_ms"] / ours["search"]["p99_ms"],
+            "per_query_p50": {a["name"]: b["p50_ms"] / a["p50_ms"]
+                              for a, b in zip(ours["search"]["queries"], theirs["search"]["queries"], strict=True)},
+        }  # fmt: skip
+    result["targets"] = {"p99_search_under_50ms": systems["mlinfra"]["search"]["p99_ms"] < 50.0}
+    if "ratios" in result:
+        result["targets"] |= {"log_10x_mlflow": result["ratios"]["log_throughput_vs_mlflow_per_step"] >= 10,
+                              "search_p50_10x_lower": result["ratios"]["search_p50_latency"] >= 10}  # fmt: skip
+    return result
+
+
+def save(result: dict[str, Any], out_dir: str | os.PathLike = "benchmarks/results") -> Path:
+    """Write `result` as ``cpu-tracking-<date>.json`` under `out_dir`; return the path."""
+    path = Path(out_dir) / f"cpu-tracking-{result['date'][:10]}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
