@@ -1,6 +1,6 @@
-"""Lab grading end to end: release, validate and grade the warm-up lab (issue 2).
+"""Lab grading end to end: grade submissions of the warm-up lab (issue 2).
 
-The grade tests share one module-scoped batch (each nbval kernel start costs seconds): five
+The grade tests share one module-scoped batch (each nbval kernel start costs seconds): six
 submissions built from the released warm-up, plus inputs that cannot be graded, graded by
 one ``mlinfra-lab grade`` call. The submissions replace the Colab set-up cell (a cell the
 student owns) by a light one, so that a 10-second per-cell timeout is safe even on a busy
@@ -92,6 +92,13 @@ def graded(tmp_path_factory):
     # erin: log_softmax as log(softmax): passes the visible tests, fails the hidden ones.
     erin = _student_copy(softmax_solution=LOG_OF_SOFTMAX, logsoftmax_solution="# see above")
     paths.append(_write(erin, subs / "erin.ipynb"))
+    # mallory: after exercise 1, kills the pytest process running the batch; graded first,
+    # so the notebooks after hers only get graded if the batch recovers.
+    mallory = _student_copy()
+    kill = nbformat.v4.new_code_cell("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    kill.id = "student-kill"
+    mallory.cells.insert(mallory.cells.index(_cell(mallory, "lse-solution")), kill)
+    paths.append(_write(mallory, subs / "mallory.ipynb"))
     # inputs that cannot be graded
     (tmp / "notes.txt").write_text("not a notebook")
     (tmp / "broken.ipynb").write_text("{ this is not json")
@@ -106,7 +113,7 @@ def graded(tmp_path_factory):
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        code = main(["grade", str(paths[0]), str(paths[1]), str(subs / "carol"),
+        code = main(["grade", str(paths[5]), str(paths[0]), str(paths[1]), str(subs / "carol"),
                      str(bad[0]), str(paths[3]), str(bad[1]), str(paths[4]), str(bad[2]),
                      str(bad[3]), "--source", str(WARMUP), "--out", str(out),
                      "--timeout", CELL_TIMEOUT])
@@ -126,7 +133,7 @@ def _points(rows: dict[str, dict]) -> dict[str, float]:
 def test_gradebook_has_the_columns_and_every_student(graded):
     _, _, by_student, book, _ = graded
     assert book["columns"] == ["student", "lab", "exercise", "points", "max", "message"]
-    assert sorted(by_student) == ["alice", "bob", "carol", "dave", "erin"]
+    assert sorted(by_student) == ["alice", "bob", "carol", "dave", "erin", "mallory"]
     assert all(r["lab"] == "00_warmup" for rows in by_student.values() for r in rows.values())
 
 
@@ -172,4 +179,11 @@ def test_bad_inputs_are_reported_one_line_each_and_the_rest_graded(graded):
     for path, why in zip(bad, ["not a Jupyter notebook", "not a readable Jupyter notebook",
                                "lab '01_fused_attention'", "no such file"], strict=True):
         assert any(path in ln and why in ln for ln in lines), (path, why, lines)
-    assert len(by_student) == 5
+    assert len(by_student) == 6
+
+
+def test_a_notebook_that_kills_the_grader_scores_what_passed_and_spares_the_rest(graded):
+    rows = graded[2]["mallory"]
+    assert _points(rows) == {"stable_softmax": 2, "logsumexp": 0, "log_softmax": 0}
+    assert "the notebook stopped before" in rows["logsumexp"]["message"]
+    # alice, bob, ... ran after mallory in the batch: their scores are the other tests' checks

@@ -23,6 +23,9 @@ Design decisions:
 - Outcomes stream in through `nbval_report` (JSON lines), which also drives the progress
   bar; a whole-batch safety timeout (per-cell timeout x cells, plus kernel start-ups) kills
   the process group if nbval itself ever hangs, keeping the outcomes already written.
+- A notebook can kill the pytest process itself (``os.kill(os.getppid(), 9)``); the
+  notebooks of that process that had not started then run once more in a fresh process,
+  so one submission cannot take its neighbours' scores down with it.
 
 Caveat: notebooks run arbitrary student code with your permissions; grade in a container or
 throw-away account when submissions are untrusted.
@@ -105,6 +108,7 @@ class _Job:
     report: Path
     log: Path
     offset: int = 0
+    log_tail: str = ""  # the end of its output, read before its folder is removed
 
 
 def _start(group: list[Path], folder: Path, config: ExecutionConfig) -> _Job:
@@ -130,7 +134,8 @@ def run_notebooks(
     """Run every notebook of `paths` under nbval; outcomes keyed by resolved path, then cell id.
 
     `on_cell` is called as each cell finishes; `progress`, when given, is the description of
-    a tqdm bar counting cells.
+    a tqdm bar counting cells. If a pytest process dies (a notebook killed it), the notebooks
+    of its group that had not started are run once more in a fresh process.
     """
     config = config or ExecutionConfig()
     paths = [Path(p).resolve() for p in paths]
@@ -138,15 +143,49 @@ def run_notebooks(
     if not paths:
         return results
     cells = {p: _count_code_cells(p) for p in paths}
-    n_jobs = max(1, config.jobs)
-    groups = [g for g in (paths[i::n_jobs] for i in range(n_jobs)) if g]
-    budget = max(len(g) * (config.startup_timeout + 15)
-                 + sum(cells[p] for p in g) * (config.cell_timeout + 10) + 60 for g in groups)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=sum(cells.values()), desc=progress, unit="cell")
+
+    def record(path: Path, outcome: CellOutcome) -> None:
+        results.setdefault(path, {})[outcome.cell_id or f"#{outcome.cell_num}"] = outcome
+        if on_cell:
+            on_cell(path, outcome)
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        pending = paths
+        for _attempt in range(2):
+            jobs, timed_out = _run_batch(pending, cells, config, record)
+            for job in jobs:
+                if job.proc.returncode not in (0, 1, 5, -signal.SIGKILL) \
+                        and not any(results[p] for p in job.paths):
+                    raise ExecutionError(f"the nbval run could not start (exit "
+                                         f"{job.proc.returncode}); is nbval installed in this "
+                                         f"environment? Output:\n{job.log_tail}")
+            pending = [p for job in jobs if job.proc.returncode not in (0, 1, 5)
+                       for p in job.paths if not results[p]]
+            if timed_out or not pending:
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+    return results
+
+
+def _run_batch(
+    paths: list[Path], cells: dict[Path, int], config: ExecutionConfig,
+    record: Callable[[Path, CellOutcome], None],
+) -> tuple[list[_Job], bool]:
+    """Run `paths` split over ``config.jobs`` processes; return the jobs and if time ran out."""
+    n_jobs = max(1, config.jobs)
+    groups = [g for g in (paths[i::n_jobs] for i in range(n_jobs)) if g]
+    budget = max(len(g) * (config.startup_timeout + 15)
+                 + sum(cells[p] for p in g) * (config.cell_timeout + 10) + 60 for g in groups)
+    timed_out = False
     with tempfile.TemporaryDirectory(prefix="mlinfra-nbval-") as tmp:
         jobs = [_start(g, Path(tmp) / f"job{i}", config) for i, g in enumerate(groups)]
         deadline = time.monotonic() + budget
@@ -156,38 +195,23 @@ def run_notebooks(
                 for job in jobs:
                     records, job.offset = _read_records(job.report, job.offset)
                     for rec in records:
-                        path = Path(rec["path"]).resolve()
-                        outcome = CellOutcome(rec["cell_id"], rec["cell_num"], rec["outcome"],
-                                              rec["message"])
-                        key = rec["cell_id"] or f"#{rec['cell_num']}"
-                        results.setdefault(path, {})[key] = outcome
-                        if on_cell:
-                            on_cell(path, outcome)
-                        if bar is not None:
-                            bar.update(1)
+                        record(Path(rec["path"]).resolve(),
+                               CellOutcome(rec["cell_id"], rec["cell_num"], rec["outcome"],
+                                           rec["message"]))
                 if not running:
                     break
                 if time.monotonic() > deadline:
-                    for job in running:
-                        os.killpg(job.proc.pid, signal.SIGKILL)
-                        job.proc.wait()
+                    timed_out = True
                     break
                 time.sleep(0.2)
         finally:
-            if bar is not None:
-                bar.close()
-            for job in jobs:  # on an exception (Ctrl-C) leave no kernel behind
+            for job in jobs:  # after the safety timeout or an exception: leave no process
                 if job.proc.poll() is None:
                     os.killpg(job.proc.pid, signal.SIGKILL)
                     job.proc.wait()
-        for job in jobs:
-            if job.proc.returncode not in (0, 1, 5, -signal.SIGKILL) \
-                    and not any(results[p] for p in job.paths):
-                tail = job.log.read_text(errors="replace")[-1500:]
-                raise ExecutionError(f"the nbval run could not start (exit "
-                                     f"{job.proc.returncode}); is nbval installed in this "
-                                     f"environment? Output:\n{tail}")
-    return results
+            for job in jobs:
+                job.log_tail = job.log.read_text(errors="replace")[-1500:]
+    return jobs, timed_out
 
 
 def _count_code_cells(path: Path) -> int:
