@@ -1,3 +1,82 @@
-"""Chapter package `mlinfra_lab.staleness` (in progress)."""
+"""Staleness in asynchronous training: a parameter-server simulator, mitigations, analysis.
 
-__all__: list[str] = []
+Read in this order (chapter 5 of the course follows it):
+- `problems`: real PyTorch models and data (`quadratic_problem`, `logreg_problem`,
+  `mlp_problem`) with batched real gradients;
+- `speeds`: worker speed models (`WorkerSpeeds`): where staleness comes from;
+- `policies`: what the server does with a stale gradient (`Sync`, `Async`,
+  `BoundedStaleness`, `StalenessAwareLR`, `DelayCompensated`);
+- `simulator`: `simulate(...) -> SimResult`, the discrete-event parameter server;
+- `theory`: `stability_bound(tau)`, the first-order bias, implicit momentum;
+- `analysis`: histograms, `staleness_loss_correlation`, updates- vs time-to-target;
+- `hogwild`: `run_hogwild`, real processes on shared memory, to check the simulator.
+"""
+
+from mlinfra_lab.staleness.analysis import (
+    CorrelationResult,
+    staleness_histogram,
+    staleness_loss_correlation,
+    time_to_target,
+    updates_to_target,
+)
+from mlinfra_lab.staleness.errors import SimulationStalledError, StalenessConfigError
+from mlinfra_lab.staleness.hogwild import HogwildResult, run_hogwild
+from mlinfra_lab.staleness.policies import (
+    Async,
+    BoundedStaleness,
+    DelayCompensated,
+    Policy,
+    StalenessAwareLR,
+    Sync,
+    inverse_staleness,
+    power_weight,
+    zhang_weight,
+)
+from mlinfra_lab.staleness.problems import Problem, logreg_problem, mlp_problem, quadratic_problem
+from mlinfra_lab.staleness.simulator import SimConfig, SimResult, simulate
+from mlinfra_lab.staleness.speeds import Presence, Slowdown, WorkerSpeeds
+from mlinfra_lab.staleness.theory import (
+    corrected_momentum,
+    delay_spectral_radius,
+    delayed_gd,
+    gradient_staleness_error,
+    implicit_momentum,
+    stability_bound,
+)
+
+__all__ = [
+    "Async",
+    "BoundedStaleness",
+    "CorrelationResult",
+    "DelayCompensated",
+    "HogwildResult",
+    "Policy",
+    "Presence",
+    "Problem",
+    "SimConfig",
+    "SimResult",
+    "SimulationStalledError",
+    "Slowdown",
+    "StalenessAwareLR",
+    "StalenessConfigError",
+    "Sync",
+    "WorkerSpeeds",
+    "corrected_momentum",
+    "delay_spectral_radius",
+    "delayed_gd",
+    "gradient_staleness_error",
+    "implicit_momentum",
+    "inverse_staleness",
+    "logreg_problem",
+    "mlp_problem",
+    "power_weight",
+    "quadratic_problem",
+    "run_hogwild",
+    "simulate",
+    "stability_bound",
+    "staleness_histogram",
+    "staleness_loss_correlation",
+    "time_to_target",
+    "updates_to_target",
+    "zhang_weight",
+]

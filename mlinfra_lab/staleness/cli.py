@@ -1,9 +1,137 @@
-"""Command-line entry points of `mlinfra_lab.staleness` (registered by `mlinfra_lab.cli`)."""
+"""Command-line entry points of `mlinfra_lab.staleness` (registered by `mlinfra_lab.cli`).
+
+Contract: ``mlinfra-lab bench staleness`` times the simulator on the acceptance workload
+(64 workers x 20,000 updates of `logreg_problem`, target < 10 s on a 2-core CPU) and writes a
+JSON result; ``mlinfra-lab staleness simulate`` runs one simulation and prints its summary.
+"""
 
 from __future__ import annotations
 
 import argparse
 
+POLICIES = ("async", "sync", "bounded-wait", "bounded-drop", "inverse", "zhang", "dc")
+
+
+def _policy(name: str, bound: int, lam: float):
+    from mlinfra_lab import staleness as st
+
+    return {
+        "async": lambda: st.Async(),
+        "sync": lambda: st.Sync(),
+        "bounded-wait": lambda: st.BoundedStaleness(bound, "wait"),
+        "bounded-drop": lambda: st.BoundedStaleness(bound, "drop"),
+        "inverse": lambda: st.StalenessAwareLR(),
+        "zhang": lambda: st.StalenessAwareLR.zhang(),
+        "dc": lambda: st.DelayCompensated(lam),
+    }[name]()
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import datetime
+    import json
+    import os
+    import platform
+    import time
+
+    import torch
+    from tqdm.auto import tqdm
+
+    from mlinfra_lab import staleness as st
+    from mlinfra_lab.cli import CommandError
+    from mlinfra_lab.runtime import describe
+
+    if args.workers < 1 or args.updates < 1 or args.repeats < 1:
+        raise CommandError("--workers, --updates and --repeats must be >= 1")
+    problem = st.logreg_problem()
+    speeds = st.WorkerSpeeds.lognormal(args.workers, sigma=0.3)
+    st.simulate(problem, speeds, st.Async(), 50, args.lr, 0)  # warm-up: imports, first calls
+    seconds, summary = [], {}
+    for rep in tqdm(range(args.repeats), desc="bench staleness"):
+        start = time.perf_counter()
+        result = st.simulate(problem, speeds, st.Async(), args.updates, args.lr, rep,
+                             eval_every=args.eval_every)  # fmt: skip
+        seconds.append(time.perf_counter() - start)
+        summary = result.summary()
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    record = {
+        "benchmark": "staleness simulate",
+        "workload": f"{args.workers} workers x {args.updates} updates, logreg_problem, Async()",
+        "seconds": seconds,
+        "best_seconds": min(seconds),
+        "simulated_updates_per_wall_second": args.updates / min(seconds),
+        "target_seconds": 10.0,
+        "load_average_after": load,
+        "last_run": summary,
+        "runtime": describe().as_dict(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    print(
+        f"{record['workload']}: best {min(seconds):.2f} s of {len(seconds)} "
+        f"(target < 10 s; load average {load})"
+    )
+    if args.output:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        with open(args.output, "w") as f:
+            json.dump(record, f, indent=2)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    import json
+
+    from mlinfra_lab import staleness as st
+    from mlinfra_lab.cli import CommandError
+
+    problems = {"logreg": st.logreg_problem, "mlp": st.mlp_problem,
+                "quadratic": lambda: st.quadratic_problem(10, 10.0, noise=0.5)}  # fmt: skip
+    try:
+        speeds = st.WorkerSpeeds.straggler(args.workers, args.slow_factor, 0)
+        policy = _policy(args.policy, args.bound, args.lam)
+        result = st.simulate(problems[args.problem](), speeds, policy, args.updates, args.lr,
+                             args.seed, args.momentum, progress=True)  # fmt: skip
+    except (st.StalenessConfigError, st.SimulationStalledError) as err:
+        raise CommandError(str(err)) from err
+    print(json.dumps(result.summary(), indent=2))
+    return 0
+
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """Add this chapter's sub-commands; nothing yet."""
+    """Add `bench staleness` and `staleness simulate`."""
+    b = bench.add_parser(
+        "staleness",
+        help="time the async parameter-server simulator (64 workers x 20,000 updates)",
+        description="Simulate Async() SGD on logreg_problem with log-normal worker speeds "
+        "and report the wall-clock time (target: < 10 s on a 2-core CPU).",
+    )
+    b.add_argument("--workers", type=int, default=64, help="simulated workers (default 64)")
+    b.add_argument("--updates", type=int, default=20_000, help="applied updates (default 20000)")
+    b.add_argument("--lr", type=float, default=0.5, help="learning rate (default 0.5)")
+    b.add_argument("--eval-every", type=int, default=100,
+                   help="measure the full training loss every N updates (default 100)")  # fmt: skip
+    b.add_argument("--repeats", type=int, default=3, help="timed runs; the best is reported")
+    b.add_argument("--output", default=None,
+                   help="write the JSON result here, e.g. "
+                   "benchmarks/results/staleness-cpu-DATE.json")  # fmt: skip
+    b.set_defaults(func=_bench)
+
+    top = commands.add_parser("staleness", help="asynchronous-training staleness simulator")
+    sub = top.add_subparsers(dest="staleness_command", metavar="ACTION", required=True)
+    s = sub.add_parser(
+        "simulate",
+        help="run one simulation with a straggler and print its summary as JSON",
+        description="Simulate a parameter server where worker 0 is a straggler.",
+    )
+    s.add_argument("--problem", choices=("logreg", "mlp", "quadratic"), default="logreg")
+    s.add_argument("--policy", choices=POLICIES, default="async", help="mitigation policy")
+    s.add_argument("--workers", type=int, default=8)
+    s.add_argument("--slow-factor", type=float, default=10.0, help="straggler slowness")
+    s.add_argument("--updates", type=int, default=1000)
+    s.add_argument("--lr", type=float, default=0.5)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--momentum", type=float, default=0.0)
+    s.add_argument("--bound", type=int, default=8, help="max staleness (bounded-* policies)")
+    s.add_argument("--lam", type=float, default=1.0, help="DC-ASGD lambda (dc policy)")
+    s.set_defaults(func=_simulate)
