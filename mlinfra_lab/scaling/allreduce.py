@@ -37,8 +37,13 @@ def default_sizes(max_bytes: int = 256 * 2**20, min_bytes: int = 8, factor: int 
     return sizes
 
 
-def allreduce_bench(sizes: list[int], iters: int = 10, warmup: int = 2) -> list[dict[str, Any]]:
-    """Time a float32 all-reduce (sum) of each size in `sizes` (bytes) on the current group."""
+def allreduce_bench(sizes: list[int], iters: int = 10, warmup: int = 2,
+                    link_mbps: float = 0.0) -> list[dict[str, Any]]:
+    """Time a float32 all-reduce (sum) of each size in `sizes` (bytes) on the current group.
+
+    `link_mbps` (CPU only) emulates the same capped link as `RunConfig.link_mbps`: each
+    all-reduce lasts at least its ring traffic at that rate.
+    """
     import torch
     import torch.distributed as dist
 
@@ -61,9 +66,13 @@ def allreduce_bench(sizes: list[int], iters: int = 10, warmup: int = 2) -> list[
             torch.cuda.synchronize()
             seconds = start.elapsed_time(end) / 1e3 / iters
         else:
+            wire = nbytes * 2 * (n - 1) / n / (link_mbps * 1e6 / 8) if link_mbps > 0 else 0.0
             t0 = time.perf_counter()
             for _ in range(iters):
+                t = time.perf_counter()
                 dist.all_reduce(x)
+                if wire > time.perf_counter() - t:
+                    time.sleep(wire - (time.perf_counter() - t))
             seconds = (time.perf_counter() - t0) / iters
         size = x.numel() * 4
         algbw = size / seconds

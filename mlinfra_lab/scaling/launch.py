@@ -95,7 +95,8 @@ def _child(rank: int, world: int, port: int, job: str, payload: dict[str, Any],
         else:
             from mlinfra_lab.scaling.allreduce import allreduce_bench
 
-            record = allreduce_bench(payload["sizes"], payload["iters"], payload["warmup"])
+            record = allreduce_bench(payload["sizes"], payload["iters"], payload["warmup"],
+                                     payload.get("link_mbps", 0.0))
         Path(outdir, f"rank{rank}.json").write_text(json.dumps(record))
         beat(10**9, len(_PHASES) - 1)
         dist.barrier()
@@ -203,7 +204,9 @@ def profile(config: RunConfig, nproc: int, out: str | Path | None = None,
 
 def run_allreduce_bench(nproc: int, sizes: list[int], iters: int = 10, warmup: int = 2,
                         backend: str = "auto", timeout_s: float = 120.0,
-                        show_progress: bool = True) -> list[dict[str, float]]:
+                        show_progress: bool = True,
+                        link_mbps: float = 0.0) -> list[dict[str, float]]:
     """The all-reduce sweep on `nproc` local ranks; rank 0's rows (see `allreduce_bench`)."""
-    payload = {"sizes": list(sizes), "iters": iters, "warmup": warmup, "backend": backend}
+    payload = {"sizes": list(sizes), "iters": iters, "warmup": warmup, "backend": backend,
+               "link_mbps": link_mbps}
     return _run_group(nproc, "allreduce", payload, timeout_s, 0, show_progress)[0]
