@@ -53,9 +53,11 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "cpu": {"steps": 20, "examples": 100, "runs": 8, "fresh_runs": 2},
         "gpu": {"steps": 20, "examples": 100, "runs": 8, "fresh_runs": 3},
     },
-    "tracking": {
-        "cpu": {"runs": 200, "metrics": 5, "steps": 50},
-        "gpu": {"runs": 200, "metrics": 5, "steps": 50},
+    "tracking": {  # the store runs on the CPU either way: same sizes on both
+        "cpu": {"runs": 200, "metrics": 5, "steps": 50, "inline_runs": 200,
+                "blob_bytes": 256 * 1024, "retention_days": 365},
+        "gpu": {"runs": 200, "metrics": 5, "steps": 50, "inline_runs": 200,
+                "blob_bytes": 256 * 1024, "retention_days": 365},
     },
     "staleness": {
         "cpu": {"workers": 8, "updates": 2000},
