@@ -70,3 +70,6 @@ lock: setup
 
 clean:
 	rm -rf _build .pytest_cache
+
+bench-staleness: setup
+	$(BIN)/mlinfra-lab bench staleness --output benchmarks/results/staleness-cpu-$$(date -u +%Y%m%d).json
