@@ -127,6 +127,13 @@ def validate_labs(
                     "passes on the released notebook, so it cannot fail: it must call the "
                     "student's code"))
                 bad += 1
+        grader_ids = {g.cell_id for g in lab.graders}
+        for cell_id, outcome in outcomes.get(src_path, {}).items():
+            if cell_id not in grader_ids and outcome.outcome == "failed":
+                problems.append(ValidationProblem(
+                    lab.name, "", cell_id,
+                    f"a non-grader cell errors on the source: {outcome.message}"))
+                bad += 1
         if not bad:
             checked.append(f"lab {lab.name}: {len(lab.graders)} grader cells pass on the "
                            "source and fail on the release")
