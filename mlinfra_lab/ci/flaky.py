@@ -212,19 +212,22 @@ def detect_flaky(
     fresh_processes: bool = True,
     cwd: str | Path | None = None,
     timeout: float = 300.0,
+    name: str | None = None,
 ) -> FlakyReport:
     """Run `target` `runs` times with the same seed; report whether the runs agree.
 
     `target` is a pytest node id (``"tests/test_x.py::test_y"``, run with ``python -m
     pytest`` in `cwd`) or a zero-argument callable returning a value to compare (a
     number or a sequence of numbers are compared within `atol`, anything else with
-    ``==``). A callable must be picklable unless ``fresh_processes=False``.
+    ``==``). A callable must be picklable unless ``fresh_processes=False``. `name` labels
+    the report (default: the node id or the function's name).
     """
     if runs < 2:
         raise ValueError(f"need at least 2 runs to compare, got runs={runs}")
-    name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
-    if isinstance(target, functools.partial):
-        name = f"{target.func.__name__}{target.args!r}"
+    if name is None and isinstance(target, functools.partial):
+        name = f"{target.func.__name__}(...)"
+    if name is None:
+        name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
     if fresh_processes:
         outcomes = _run_fresh(target, runs, Path(cwd or os.getcwd()), timeout)
     elif isinstance(target, str):
