@@ -59,9 +59,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "gpu": {"runs": 200, "metrics": 5, "steps": 50, "inline_runs": 200,
                 "blob_bytes": 256 * 1024, "retention_days": 365},
     },
-    "staleness": {
-        "cpu": {"workers": 8, "updates": 2000},
-        "gpu": {"workers": 8, "updates": 2000},
+    "staleness": {  # the simulator runs on the CPU either way; a GPU box just runs longer
+        "cpu": {"workers": 8, "updates": 300, "corr_updates": 1500, "hogwild_updates": 300},
+        "gpu": {"workers": 8, "updates": 600, "corr_updates": 3000, "hogwild_updates": 600},
     },
 }
 
