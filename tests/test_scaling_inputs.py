@@ -29,7 +29,8 @@ def fake_run(world: int, step_ms: float, comm_ms: float, batch: int = 32,
     s = step_ms / 1e3
     step = {"data_wait": 0.0, "forward": s / 3, "backward": 2 * s / 3 - comm_ms / 1e3,
             "exposed_comm": comm_ms / 1e3, "optimizer": 0.0, "step": s,
-            "comm_total": comm_ms / 1e3, "comm_bytes": 1e6, "bucket_s": [transfer_ms / 1e3]}
+            "comm_total": transfer_ms / 1e3, "comm_bytes": 1e6,
+            "buckets_s": [[s / 3, s / 3 + transfer_ms / 1e3]]}
     return {"schema": SCHEMA, "config": RunConfig().to_dict(), "world_size": world,
             "rank_batch": batch, "grad_bytes": 1e6,
             "ranks": [{"rank": r, "steps": [dict(step)] * 3, "loader_samples_per_s": 1e4}

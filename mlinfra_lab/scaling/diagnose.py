@@ -15,7 +15,8 @@ Design decisions (the course text's five steps, made arithmetic):
   extra compute (step 4), which the other ranks see as waiting inside the all-reduce, so it
   is taken out of their exposed communication before that is scored.
 - The typical rank is the median rank; the straggler score of a rank is its compute time
-  over the median rank's, and a rank above `STRAGGLER_SCORE` is a straggler.
+  over the median rank's; a rank above `STRAGGLER_SCORE` whose extra compute is at least
+  `STRAGGLER_MIN_SHARE` of the step is a straggler (a 30% jitter on a 5 ms compute is not).
 - `none` when efficiency is at least `GOOD_EFFICIENCY`, or when no hypothesis explains at
   least `MIN_EXPLAINED` of the loss (then the report says what is unexplained).
 
@@ -39,6 +40,7 @@ CAUSES = ("communication", "data_loading", "straggler", "small_batch", "transpor
 GOOD_EFFICIENCY = 0.85
 MIN_EXPLAINED = 0.25
 STRAGGLER_SCORE = 1.3
+STRAGGLER_MIN_SHARE = 0.1  # ... and its extra compute is at least this share of a step
 TRANSPORT_DROP = 0.5  # in-job busbw below half the small run's: the transport degraded
 
 _ADVICE = {
@@ -153,7 +155,9 @@ def diagnose(small_run: Any, large_run: Any, nccl_log: str | NcclTransport | Non
     # Seconds per sample: step_L/b_L - step_S/b_S = (step_L - step_S)/b_L
     #   + step_S (1/b_L - 1/b_S). The second term is the small run's per-step cost spread
     # over a smaller per-rank batch (small_batch); the first splits by phase.
-    lost = max(lg["step"] / lg["n"] - s["step"] / s["n"], 1e-12)
+    # Floor at 1% of the small run's time per sample: a run that scaled perfectly lost
+    # nothing, and shares of nothing are meaningless.
+    lost = max(lg["step"] / lg["n"] - s["step"] / s["n"], 0.01 * s["step"] / s["n"])
     spread = 1 / lg["n"] - 1 / s["n"]
 
     # Straggler (step 4): the slowest rank's extra compute over the median rank.
@@ -162,7 +166,8 @@ def diagnose(small_run: Any, large_run: Any, nccl_log: str | NcclTransport | Non
         return max(f["rank_compute"]) - mid
 
     worst = max(range(large.world_size), key=lambda r: lg["scores"][r])
-    straggling = lg["scores"][worst] >= STRAGGLER_SCORE
+    straggling = (lg["scores"][worst] >= STRAGGLER_SCORE
+                  and excess(lg) >= STRAGGLER_MIN_SHARE * lg["step"])
     d_straggler = max(0.0, excess(lg) - excess(s)) / lg["n"] if straggling else 0.0
     # Data skew: ranks that got their batch early wait for the late ones inside the
     # all-reduce; that wait belongs to the loader, not to communication.

@@ -11,8 +11,9 @@ Design decisions:
 - Exposed communication is measured, not inferred from a profile: DDP calls the comm hook
   when a bucket's gradients are ready, so the last hook call marks the end of backward
   compute; ``loss.backward()`` returns only after every bucket's all-reduce finished, so
-  what lies between the two is communication that compute did not hide. Each bucket's own
-  duration (launch to completion) gives the in-job bus bandwidth.
+  what lies between the two is communication that compute did not hide. The union of the
+  buckets' launch-to-completion intervals is the step's communication time (`comm_total`),
+  from which the in-job bus bandwidth follows.
 - On a GPU every boundary is a CUDA event on the compute stream (host timers would measure
   kernel launches, not kernels); on the CPU, `time.perf_counter`.
 - Faults act at the points where the real ones act: a straggler computes longer, a slow
@@ -277,8 +278,10 @@ def run_rank(config: RunConfig, out_trace: str | None = None,
                 "exposed_comm": clock.seconds(ready, m3),
                 "optimizer": clock.seconds(m3, m4),
                 "step": wall,
-                "comm_total": sum(clock.seconds(s, e) for s, e, _ in timer.buckets),
-                "bucket_s": [clock.seconds(s, e) for s, e, _ in timer.buckets],
+                "comm_total": _busy([(clock.seconds(m0, s), clock.seconds(m0, e))
+                                     for s, e, _ in timer.buckets]),
+                "buckets_s": [[clock.seconds(m0, s), clock.seconds(m0, e)]
+                              for s, e, _ in timer.buckets],
                 "comm_bytes": float(sum(b for _, _, b in timer.buckets)),
                 "loss": float(loss.detach()),
             })
@@ -292,6 +295,16 @@ def run_rank(config: RunConfig, out_trace: str | None = None,
         profiler.export_chrome_trace(out_trace)
         record["trace"] = {"path": os.path.basename(out_trace), **summarise_trace(out_trace)}
     return record
+
+
+def _busy(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of (start, end) intervals: time some all-reduce was in flight."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 def _profiler(cuda: bool) -> Any:

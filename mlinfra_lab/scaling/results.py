@@ -98,8 +98,16 @@ class RunResult:
         return b["exposed_comm"] / b["step"] if b["step"] > 0 else 0.0
 
     def compute_per_rank(self) -> list[float]:
-        """Median forward + backward (compute) time of each rank (s)."""
-        return [r["forward"] + r["backward"] for r in self.rank_medians()]
+        """Each rank's forward + backward (compute) time, lower quartile over steps (s).
+
+        A straggler is slow at every step; a rank that a busy neighbour slowed in a few
+        steps is not. The lower quartile keeps the first and ignores the second.
+        """
+        out = []
+        for r in self.ranks():
+            values = sorted(s["forward"] + s["backward"] for s in r["steps"])
+            out.append(values[(len(values) - 1) // 4])
+        return out
 
     def straggler_scores(self) -> list[float]:
         """Each rank's compute time over the median rank's: 1.0 is typical, 2.0 twice as slow."""
@@ -112,18 +120,15 @@ class RunResult:
 
         A bucket's all-reduce ends on every rank at once but starts when each rank launches
         it, so early ranks also time their wait for late ones. The rank that launched last
-        waited least: per step and bucket the minimum over ranks is the transfer itself.
+        waited least: per step, the minimum over ranks of the communication time (the union
+        of the buckets' in-flight intervals) is the transfer itself.
         """
         n = self.world_size
         if n < 2:
             return None
-        per_step = []
-        for i in range(min(len(r["steps"]) for r in self.ranks())):
-            steps = [r["steps"][i] for r in self.ranks()]
-            buckets = [s.get("bucket_s") or [s["comm_total"]] for s in steps]
-            k = min(len(b) for b in buckets)
-            per_step.append(sum(min(b[j] for b in buckets) for j in range(k)))
-        seconds = _median(per_step)
+        n_steps = min(len(r["steps"]) for r in self.ranks())
+        seconds = _median([min(r["steps"][i]["comm_total"] for r in self.ranks())
+                           for i in range(n_steps)])
         if seconds <= 0:
             return None
         return self.breakdown()["comm_bytes"] / seconds * 2 * (n - 1) / n
