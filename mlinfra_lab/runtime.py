@@ -46,8 +46,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "gpu": {"batch": 4, "heads": 16, "seq": 4096, "head_dim": 128, "dtype": "bfloat16"},
     },
     "scaling": {
-        "cpu": {"world_sizes": [1, 2], "steps": 8, "hidden": 256, "batch": 32},
-        "gpu": {"world_sizes": [1], "steps": 30, "hidden": 4096, "batch": 64},
+        "cpu": {"world_sizes": [1, 2], "steps": 5, "allreduce_max_mb": 1, "allreduce_iters": 3},
+        "gpu": {"world_sizes": [1], "steps": 20, "allreduce_max_mb": 256, "allreduce_iters": 20},
     },
     "ci": {  # runs: in-process repeats (ms each); fresh_runs: new processes (~5 s each)
         "cpu": {"steps": 20, "examples": 100, "runs": 8, "fresh_runs": 2},
