@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BenchConfig", "QUERIES", "run_benchmark", "synthetic_runs"]
+__all__ = ["BenchConfig", "QUERIES", "load_latest", "run_benchmark", "save", "synthetic_runs"]
 
 DAY = 86400.0
 
@@ -329,3 +329,21 @@ def save(result: dict[str, Any], out_dir: str | os.PathLike = "benchmarks/result
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
+
+
+def load_latest(results_dir: str | os.PathLike | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """The newest committed ``*tracking*.json`` result and its path (None when there is none).
+
+    Looks in `results_dir`, else in the repository's ``benchmarks/results`` (next to the
+    package in a source checkout), else in ``./benchmarks/results`` and ``../benchmarks/results``.
+    """
+    candidates = [Path(results_dir)] if results_dir else [
+        Path(__file__).resolve().parents[2] / "benchmarks" / "results",
+        Path.cwd() / "benchmarks" / "results",
+        Path.cwd().parent / "benchmarks" / "results",
+    ]  # fmt: skip
+    for d in candidates:
+        files = sorted(d.glob("*tracking*.json")) if d.is_dir() else []
+        if files:
+            return files[-1], json.loads(files[-1].read_text())
+    return None

@@ -1,0 +1,198 @@
+"""The chapter's measurements: inline blobs vs references, index effect, cache hit rates, a year of retention.
+
+Contract: each function sets up its own small experiment (in a directory it is given, or
+purely in memory), measures one claim of the chapter and returns plain numbers that the
+notebook plots; sizes are arguments, so a test can run them tiny and a GPU-less laptop
+runs the chapter in seconds.
+
+Design decisions:
+- The inline-blob measurement uses a raw SQLite table on purpose: it is the design the
+  chapter argues against, so it is not built into the store.
+- The retention simulation is pure (it calls `plan_retention` on `ArtifactRecord`s day by
+  day), so a year of runs costs milliseconds and needs no storage at all.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlinfra_lab.tracking.retention import DAY, ArtifactRecord, RetentionPolicy, plan_retention
+
+__all__ = ["index_effect", "inline_vs_reference", "populate_demo", "simulate_retention",
+           "skewed_access_hit_rates"]  # fmt: skip
+
+
+def _median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up: page cache, compiled-statement cache
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(samples)
+
+
+def inline_vs_reference(directory: str | os.PathLike, runs: int = 200, blob_bytes: int = 256 * 1024,
+                        repeats: int = 5, seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    """Same runs and checkpoints, stored two ways; time what metadata work costs in each.
+
+    `inline`: one table, the checkpoint bytes in a BLOB column next to the metrics.
+    `reference`: metadata rows hold a sha256 and a path; bytes live in files.
+    Measures the database size, a narrow query (``SELECT id, acc ... WHERE acc > 0.9``),
+    a whole-row query (``SELECT * ...``, what an ORM loading run objects does) and a
+    backup of the database (what every replica, snapshot and migration pays).
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    accs = [rng.random() for _ in range(runs)]
+    blob = rng.randbytes(blob_bytes)
+    out: dict[str, Any] = {"runs": runs, "blob_bytes": blob_bytes}
+    for design in ("inline", "reference"):
+        path = d / f"{design}.db"
+        path.unlink(missing_ok=True)
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT, acc REAL, ckpt BLOB, ckpt_uri TEXT, ckpt_sha TEXT)")
+        for i, acc in enumerate(accs):
+            if design == "inline":
+                con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, NULL, NULL)", (i, f"run-{i}", acc, blob))
+            else:
+                f = d / "blobs" / f"{i}.bin"
+                f.parent.mkdir(exist_ok=True)
+                f.write_bytes(blob)
+                con.execute("INSERT INTO runs VALUES (?, ?, ?, NULL, ?, ?)", (i, f"run-{i}", acc, str(f), "sha"))
+        con.commit()
+        narrow = lambda c=con: c.execute("SELECT id, acc FROM runs WHERE acc > 0.9").fetchall()  # noqa: E731
+        wide = lambda c=con: c.execute("SELECT * FROM runs WHERE acc > 0.9").fetchall()  # noqa: E731
+
+        def backup(c=con, dst=d / f"{design}-backup.db"):
+            dst.unlink(missing_ok=True)
+            with sqlite3.connect(dst) as b:
+                c.backup(b)
+
+        out[design] = {"db_bytes": path.stat().st_size, "narrow_query_ms": _median_ms(narrow, repeats),
+                       "row_query_ms": _median_ms(wide, repeats), "backup_ms": _median_ms(backup, 3)}  # fmt: skip
+        con.close()
+    return out
+
+
+def populate_demo(store, project: str = "demo", runs: int = 200, metrics: int = 5, steps: int = 50,
+                  seed: int = 0, now: float | None = None) -> list[int]:  # fmt: skip
+    """Fill `project` with `runs` runs spread over 90 days (params, a team tag, metric curves)."""
+    rng = random.Random(seed)
+    now = time.time() if now is None else now
+    ids = []
+    for _ in range(runs):
+        lr = rng.choice([1e-4, 3e-4, 1e-3, 3e-3, 1e-2])
+        run = store.start_run(project, params={"lr": lr, "optimizer": rng.choice(["adam", "adamw", "sgd"]),
+                                               "model": rng.choice(["resnet18", "resnet50", "vit-b16"])},
+                              tags={"team": rng.choice(["nlp", "vision", "speech"])},
+                              start_time=now - rng.uniform(0, 90) * DAY)  # fmt: skip
+        ceiling = rng.uniform(0.5, 0.99)
+        for step in range(steps):
+            frac = (step + 1) / steps
+            vals = {"val_acc": ceiling * (1 - 0.9 ** (step + 1)), "val_loss": (1 - ceiling) + 1 / (1 + 10 * frac)}
+            vals |= {f"aux{k}": rng.random() for k in range(metrics - 2)}
+            run.log_metrics(vals, step=step)
+        run.end()
+        ids.append(run.id)
+    return ids
+
+
+def index_effect(store, project: str, filter: str, repeats: int = 20) -> dict[str, Any]:
+    """Median search latency and query plan with the (key, value) index on latest_metrics, then without."""
+    name = "ix_latest_metrics_key_value_run_id"
+    search = lambda: store.search_runs(project, filter)  # noqa: E731
+    out = {"with_index": {"ms": _median_ms(search, repeats), "plan": store.explain_search(project, filter)}}
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP INDEX {name}")
+    store.engine.dispose()  # pooled connections cache prepared EXPLAINs with the old plan
+    try:
+        out["without_index"] = {"ms": _median_ms(search, repeats), "plan": store.explain_search(project, filter)}
+    finally:
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(f"CREATE INDEX {name} ON latest_metrics (key, value, run_id)")
+        store.engine.dispose()
+    return out
+
+
+def skewed_access_hit_rates(artifact_sizes: list[int], cache_bytes: list[int], accesses: int = 2000,
+                            zipf_s: float = 1.1, seed: int = 0) -> dict[int, float]:  # fmt: skip
+    """Hit rate of an LRU cache of each size under a Zipf(s)-skewed access pattern (simulated).
+
+    The same policy as `ArtifactCache`, replayed on a trace, so many sizes cost nothing;
+    the chapter checks one point against the real cache.
+    """
+    from collections import OrderedDict
+
+    rng = random.Random(seed)
+    n = len(artifact_sizes)
+    weights = [1 / (i + 1) ** zipf_s for i in range(n)]
+    trace = rng.choices(range(n), weights=weights, k=accesses)
+    rates = {}
+    for cap in cache_bytes:
+        lru: OrderedDict[int, int] = OrderedDict()
+        used = hits = 0
+        for i in trace:
+            if i in lru:
+                hits += 1
+                lru.move_to_end(i)
+                continue
+            size = artifact_sizes[i]
+            if size > cap:
+                continue
+            while used + size > cap:
+                _, s = lru.popitem(last=False)
+                used -= s
+            lru[i] = size
+            used += size
+        rates[cap] = hits / accesses
+    return rates
+
+
+@dataclass(frozen=True)
+class RetentionSim:
+    days: list[int]
+    kept_bytes: list[int]  # hot tier after each day's retention
+    cold_bytes: list[int]
+    unmanaged_bytes: list[int]  # what keeping everything would cost
+
+
+def simulate_retention(policy: RetentionPolicy, days: int = 365, runs_per_day: int = 3,
+                       ckpts_per_run: int = 10, ckpt_bytes: int = 100 * 2**20, seed: int = 0) -> RetentionSim:  # fmt: skip
+    """A year of runs, each saving `ckpts_per_run` checkpoints; retention applied every day."""
+    rng = random.Random(seed)
+    t0, next_id, run_id = 1_700_000_000.0, 1, 1
+    live: dict[int, ArtifactRecord] = {}
+    out = RetentionSim([], [], [], [])
+    total = 0
+    for day in range(days):
+        for _ in range(rng.randint(max(0, runs_per_day - 2), runs_per_day + 2)):
+            created = t0 + (day + rng.random()) * DAY
+            for step in range(ckpts_per_run):
+                live[next_id] = ArtifactRecord(next_id, "proj", run_id, created, "checkpoint", step, created,
+                                               ckpt_bytes, "hot", pinned=rng.random() < 0.002)  # fmt: skip
+                next_id += 1
+                total += ckpt_bytes
+            run_id += 1
+        now = t0 + (day + 1) * DAY
+        plan = plan_retention(policy, list(live.values()), now)
+        for act in plan.actions:
+            if act.action == "delete":
+                del live[act.artifact_id]
+            else:
+                a = live[act.artifact_id]
+                live[act.artifact_id] = ArtifactRecord(a.id, a.project, a.run_id, a.run_created, a.kind, a.step,
+                                                       a.created, a.size, "cold", a.pinned)  # fmt: skip
+        out.days.append(day + 1)
+        out.kept_bytes.append(sum(a.size for a in live.values() if a.tier == "hot"))
+        out.cold_bytes.append(sum(a.size for a in live.values() if a.tier == "cold"))
+        out.unmanaged_bytes.append(total)
+    return out
