@@ -101,7 +101,8 @@ def test_tampered_or_missing_artifacts_are_reported(run, tmp_path):
         validate_artifacts(tmp_path)
 
 
-def test_reference_miss_explains_the_band_and_the_reason(tmp_path):
+def test_reference_miss_explains_the_band_and_the_reason(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLINFRA_UPDATE_REFERENCES", raising=False)  # even under --update-...
     ref = tmp_path / "ref.json"
     assert_close_to_reference("loss", 0.5, ref, atol=1e-3, rtol=0.0, update="first value")
     assert_close_to_reference("loss", 0.5009, ref)  # inside the stored band
@@ -125,7 +126,8 @@ def test_update_mode_rewrites_and_records_why_and_refuses_no_reason(tmp_path, mo
         assert_close_to_reference("a", 1.0, ref)
 
 
-def test_missing_or_malformed_reference_file_names_file_and_line(tmp_path):
+def test_missing_or_malformed_reference_file_names_file_and_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLINFRA_UPDATE_REFERENCES", raising=False)
     with pytest.raises(ReferenceFileError, match=r"missing\.json: no such reference file"):
         assert_close_to_reference("x", 1.0, tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
