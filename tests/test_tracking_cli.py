@@ -1,0 +1,85 @@
+"""The command line (`mlinfra-lab track ...`, `bench tracking`) and the chapter's measurements."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlinfra_lab.cli import main
+from mlinfra_lab.tracking import RetentionPolicy, RetentionRule, TrackingStore, experiments
+
+pytestmark = pytest.mark.tracking
+
+
+@pytest.fixture
+def db(tmp_path):
+    url, art = f"sqlite:///{tmp_path / 't.db'}", str(tmp_path / "art")
+    with TrackingStore(url, art, default_user="alice") as store:
+        store.create_project("proj")
+        ds = store.register_dataset("proj", "corpus", "v1", "s3://c/v1")
+        for i, acc in enumerate([0.7, 0.95]):
+            run = store.start_run("proj", name=f"r{i}", params={"lr": 0.01}, inputs=[ds], start_time=1e9 + i)
+            run.log_metrics({"acc": acc})
+            run.log_artifact(f"ckpt {i}".encode(), "ckpt.pt", kind="checkpoint", step=1)
+            run.end()
+    return ["--db", url, "--artifacts", art, "--user", "alice"], ds
+
+
+def test_runs_search_prints_matches_and_json(db, capsys):
+    common, _ = db
+    assert main(["track", "runs", "search", "proj", "metrics.acc > 0.9", *common]) == 0
+    out = capsys.readouterr().out
+    assert "r1" in out and " r0 " not in out and "1 run(s)" in out
+    assert main(["track", "runs", "search", "*", "--json", *common]) == 0
+    assert {r["name"] for r in json.loads(capsys.readouterr().out)} == {"r0", "r1"}
+
+
+def test_bad_filter_and_missing_grant_are_one_line_errors(db, capsys):
+    common, _ = db
+    assert main(["track", "runs", "search", "proj", "metrics.acc >> 1", *common]) == 2
+    err = capsys.readouterr().err
+    assert "at character 13" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert main(["track", "runs", "search", "proj", *common[:-1], "mallory"]) == 2
+    assert "needs grant VIEW" in capsys.readouterr().err
+
+
+def test_grant_lineage_retention_gc(db, capsys):
+    common, ds = db
+    assert main(["track", "grant", "proj", "bob", "view", *common]) == 0
+    bob = [*common[:-1], "bob"]
+    assert main(["track", "runs", "search", "proj", *bob]) == 0
+    capsys.readouterr()
+    assert main(["track", "lineage", ds.node, "--json", *common]) == 0
+    graph = json.loads(capsys.readouterr().out)
+    assert len([n for n in graph["nodes"] if n.startswith("run:")]) == 2
+    assert main(["track", "retention", "plan", "--keep-days", "0", "--keep-runs", "0", "--delete-after", "1", *common]) == 0
+    assert "plan (dry run, nothing changed)" in capsys.readouterr().out
+    assert main(["track", "retention", "apply", "--keep-days", "0", "--keep-runs", "0", "--delete-after", "1", *common]) == 0
+    assert '"delete": 2' in capsys.readouterr().out
+    assert main(["track", "gc", "--grace", "0", *common]) == 0
+    assert "deleted 2 unreferenced blob(s)" in capsys.readouterr().out
+
+
+def test_bench_tracking_quick_run_without_mlflow(tmp_path, capsys):
+    out = tmp_path / "results"
+    assert main(["bench", "tracking", "--scale", "0.0002", "--repeats", "3", "--no-mlflow",
+                 "--workdir", str(tmp_path), "--out", str(out)]) == 0
+    (path,) = out.glob("cpu-tracking-*.json")
+    res = json.loads(path.read_text())
+    ours = res["systems"]["mlinfra"]
+    assert ours["log"]["points"] == 10 * 1000 and ours["search"]["db_runs"] == 20
+    assert len(ours["search"]["queries"]) == 5 and "mlflow" not in res["systems"]
+    assert {"versions", "machine", "config", "date"} <= set(res)
+
+
+def test_chapter_measurements_small(tmp_path):
+    ivr = experiments.inline_vs_reference(tmp_path, runs=10, blob_bytes=50_000, repeats=1)
+    assert ivr["inline"]["db_bytes"] > 10 * 50_000 > ivr["reference"]["db_bytes"]
+    rates = experiments.skewed_access_hit_rates([10] * 20, [10, 50, 100, 200], accesses=500)
+    assert list(rates.values()) == sorted(rates.values()) and rates[200] > 0.9, "all 20 fit: only cold misses"
+    policy = RetentionPolicy((RetentionRule(keep_all_days=10, keep_last_runs=2, cold_after_days=30,
+                                            delete_after_days=60),), cold_root="memory://c")
+    sim = experiments.simulate_retention(policy, days=90, runs_per_day=2, ckpts_per_run=3, ckpt_bytes=1)
+    assert sim.unmanaged_bytes[-1] > sim.kept_bytes[-1] + sim.cold_bytes[-1]
+    assert all(h + c <= u for h, c, u in zip(sim.kept_bytes, sim.cold_bytes, sim.unmanaged_bytes, strict=True))
