@@ -78,3 +78,8 @@ clean:
 
 bench-staleness: setup
 	$(BIN)/mlinfra-lab bench staleness --output benchmarks/results/staleness-cpu-$$(date -u +%Y%m%d).json
+
+# MLflow is an optional extra (pip install -e ".[bench]"); without it only this store is measured.
+# MLflow runs its log/create phases at 2% scale (it is ~100x slower per call); searches use 100k runs for both.
+bench-tracking: setup
+	$(BIN)/mlinfra-lab bench tracking --mlflow-scale 0.02 --out benchmarks/results
