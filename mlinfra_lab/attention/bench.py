@@ -43,7 +43,9 @@ __all__ = [
     "BaselineError",
     "BenchConfig",
     "check_baseline",
+    "committed_results",
     "format_table",
+    "load_result",
     "plot_results",
     "run_benchmark",
 ]
@@ -314,6 +316,13 @@ def plot_results(result: dict[str, Any], path: str | Path | None = None) -> Any:
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig
+
+
+def committed_results(pattern: str = "h200-attention-*.json") -> list[Path]:
+    """Result files committed under the repository's ``benchmarks/results`` (newest last);
+    empty when the package was installed without the repository (Colab, pip)."""
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    return sorted(root.glob(pattern)) if root.is_dir() else []
 
 
 def load_result(path: str | Path) -> dict[str, Any]:

@@ -83,17 +83,22 @@ def _check_block(block: int) -> None:
         raise ValueError(f"block must be a positive int, got {block!r}")
 
 
-def online_softmax_trace(x: torch.Tensor, block: int) -> list[OnlineSoftmaxState]:
-    """The (m, l) state after each block of the last axis, computed in float32.
+def online_softmax_trace(
+    x: torch.Tensor, block: int, stats_dtype: torch.dtype = torch.float32
+) -> list[OnlineSoftmaxState]:
+    """The (m, l) state after each block of the last axis, kept in ``stats_dtype``.
+
+    Float32 is what the kernels use; ``stats_dtype=torch.float16`` shows why (the
+    chapter measures the error of a float16 running sum over long rows).
 
     ``l`` is always relative to the current ``m``: when a block brings a new maximum,
     the old sum is multiplied by ``exp(m_old - m_new)`` (the correction) before the new
     block's terms are added.
     """
     _check_block(block)
-    xf = x.float()
-    m = torch.full(xf.shape[:-1], float("-inf"), device=x.device)
-    l = torch.zeros(xf.shape[:-1], device=x.device)  # noqa: E741
+    xf = x.to(stats_dtype)
+    m = torch.full(xf.shape[:-1], float("-inf"), dtype=stats_dtype, device=x.device)
+    l = torch.zeros(xf.shape[:-1], dtype=stats_dtype, device=x.device)  # noqa: E741
     states = []
     for step, start in enumerate(range(0, xf.shape[-1], block), 1):
         xb = xf[..., start : start + block]
@@ -104,16 +109,19 @@ def online_softmax_trace(x: torch.Tensor, block: int) -> list[OnlineSoftmaxState
     return states
 
 
-def online_softmax(x: torch.Tensor, block: int) -> torch.Tensor:
+def online_softmax(
+    x: torch.Tensor, block: int, stats_dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Softmax over the last axis, reading it ``block`` elements at a time.
 
     The first pass keeps only the running max and sum (one pass, no stored row), the
-    second writes ``exp(x - m) / l``. Returns the input dtype; statistics are float32.
+    second writes ``exp(x - m) / l``. Returns the input dtype; statistics (and the final
+    exponentials) are computed in ``stats_dtype``, float32 by default.
     """
     if x.dim() == 0 or x.shape[-1] == 0:
         raise ValueError(f"online_softmax needs a non-empty last axis, got shape {tuple(x.shape)}")
-    final = online_softmax_trace(x, block)[-1]
-    return (torch.exp(x.float() - final.m[..., None]) / final.l[..., None]).to(x.dtype)
+    final = online_softmax_trace(x, block, stats_dtype)[-1]
+    return (torch.exp(x.to(stats_dtype) - final.m[..., None]) / final.l[..., None]).to(x.dtype)
 
 
 def tiled_attention(
