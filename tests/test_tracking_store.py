@@ -182,3 +182,31 @@ def test_hot_params_are_promoted_and_backfilled_by_migration(tmp_path):
     with engine.connect() as conn:
         assert conn.execute(text("SELECT hot_lr FROM runs WHERE id = 1")).scalar() == pytest.approx(0.003)
     engine.dispose()
+
+
+def test_any_fsspec_root_works_unchanged(tmp_path):
+    import uuid
+
+    from mlinfra_lab.tracking import TrackingStore
+
+    root = f"memory://tracking-test-{uuid.uuid4().hex[:8]}"  # an object store stand-in
+    with TrackingStore(f"sqlite:///{tmp_path / 'm.db'}", root, default_user="u") as store:
+        run = store.start_run("p")
+        a = run.log_artifact(b"in memory", "x.bin")
+        run.end()
+        assert a.uri.startswith(root + "/blobs/") and store.read_artifact(a.id) == b"in memory"
+
+
+def test_search_never_touches_the_artifact_store(store):
+    run = store.start_run("p", params={"lr": 0.1})
+    run.log_metrics({"acc": 0.5})
+    run.log_artifact(b"bytes", "a.bin")
+    run.end()
+
+    class Unreachable:
+        def __getattr__(self, name):
+            raise AssertionError(f"search touched the artifact store ({name})")
+
+    store.blobs = Unreachable()
+    assert [r.id for r in store.search_runs("p", "metrics.acc > 0.1 and params.lr = 0.1")] == [run.id]
+    assert store.get_run(run.id).params == {"lr": "0.1"}
