@@ -149,3 +149,14 @@ def test_assert_decreasing_fails_on_flat_or_non_finite_losses():
         assert_decreasing([1.0] * 10, min_drop=0.1)
     with pytest.raises(NotDecreasingError, match="not finite at step 7"):
         assert_decreasing([1.0] * 6 + [float("nan")] + [0.1] * 3)
+
+
+def test_cli_train_writes_artifacts_that_ci_validate_accepts(tmp_path, capsys):
+    from mlinfra_lab.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--steps", "12", "--seed", "2", "--out", str(out)]) == 0
+    assert "final loss (step 12)" in capsys.readouterr().out
+    assert main(["ci", "validate", str(out)]) == 0
+    assert main(["ci", "validate", str(tmp_path)]) == 2
+    assert "checkpoint.pt: expected artifact is missing" in capsys.readouterr().err

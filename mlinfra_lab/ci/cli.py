@@ -136,8 +136,49 @@ def _update_references(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    import json
+
+    from tqdm import tqdm
+
+    from mlinfra_lab.ci.bench import BenchConfig, run_bench
+
+    config = BenchConfig(repeats=args.repeats, fresh_runs=args.fresh_runs, lock=str(args.lock))
+    seen: list[str] = []
+    with tqdm(total=3, desc="bench ci", unit="tier") as bar:
+
+        def progress(stage: str) -> None:  # called as each tier starts
+            if seen:
+                bar.update()
+            seen.append(stage)
+            bar.set_postfix_str(stage)
+
+        result = run_bench(config, progress)
+        bar.update()
+    device = result["device"]["device"]
+    out = args.out or Path("benchmarks/results") / f"ci-{device}-{result['date'][:10]}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    for key, value in result["results"].items():
+        print(f"{key:32s} {value:10.2f}")
+    print(f"written to {out}")
+    return 0
+
+
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``train`` and ``ci`` to the ``mlinfra-lab`` command."""
+    b = bench.add_parser(
+        "ci",
+        help="time the CI tiers: tiny run in-process and in a fresh process, lock, artifacts",
+        description="Time what each CI tier of chapter 3 costs on this machine and write the "
+        "results (with device, versions and date) as JSON.",
+    )
+    b.add_argument("--repeats", type=int, default=5, help="timed repeats, median (default 5)")
+    b.add_argument("--fresh-runs", type=int, default=2, help="fresh processes timed (default 2)")
+    b.add_argument("--lock", type=Path, default=Path("requirements.lock"), help="lock file")
+    b.add_argument("--out", type=Path, default=None, help="JSON file (default benchmarks/results/)")
+    b.set_defaults(func=_bench)
+
     train = commands.add_parser(
         "train",
         help="run the tiny seeded training run CI uses (chapter 3)",
