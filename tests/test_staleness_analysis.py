@@ -14,8 +14,9 @@ PROBLEM = dict(dim=10, condition=10.0, noise=1.0, batch_size=4)
 
 
 def _run(speeds):
-    return st.simulate(st.quadratic_problem(**PROBLEM), speeds, st.Async(), 1500, 0.3, seed=0,
-                       eval_every=1)  # fmt: skip
+    return st.simulate(
+        st.quadratic_problem(**PROBLEM), speeds, st.Async(), 1500, 0.3, seed=0, eval_every=1
+    )
 
 
 def test_correlation_finds_staleness_injected_in_bursts():
@@ -32,8 +33,15 @@ def test_correlation_finds_nothing_in_constant_noise_staleness():
 
 
 def test_histogram_and_bad_windows():
-    r = st.simulate(st.quadratic_problem(2, 2.0), st.WorkerSpeeds.lognormal(4, 0.5), st.Async(),
-                    200, 0.05, 0, eval_every=5)  # fmt: skip
+    r = st.simulate(
+        st.quadratic_problem(2, 2.0),
+        st.WorkerSpeeds.lognormal(4, 0.5),
+        st.Async(),
+        200,
+        0.05,
+        0,
+        eval_every=5,
+    )
     values, counts = st.staleness_histogram(r)
     assert counts.sum() == r.updates and values[-1] == r.staleness.max()
     with pytest.raises(st.StalenessConfigError, match="eval_every"):

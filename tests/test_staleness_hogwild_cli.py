@@ -27,8 +27,20 @@ def test_hogwild_bad_arguments():
 
 def test_bench_writes_json(tmp_path):
     out = tmp_path / "staleness.json"
-    code = main(["bench", "staleness", "--workers", "4", "--updates", "100", "--repeats", "1",
-                 "--output", str(out)])  # fmt: skip
+    code = main(
+        [
+            "bench",
+            "staleness",
+            "--workers",
+            "4",
+            "--updates",
+            "100",
+            "--repeats",
+            "1",
+            "--output",
+            str(out),
+        ]
+    )
     assert code == 0
     record = json.loads(out.read_text())
     assert record["last_run"]["updates"] == 100 and record["best_seconds"] > 0

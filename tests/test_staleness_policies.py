@@ -52,8 +52,9 @@ def test_steeper_weighting_discards_more_straggler_compute():
     speeds = st.WorkerSpeeds.straggler(8, slow_factor=10, which=0)
     discarded = []
     for p in (0.0, 0.5, 1.0, 2.0):
-        r = st.simulate(problem, speeds, st.StalenessAwareLR(st.power_weight(p)), 150, 1.0, 0,
-                        eval_every=50)  # fmt: skip
+        r = st.simulate(
+            problem, speeds, st.StalenessAwareLR(st.power_weight(p)), 150, 1.0, 0, eval_every=50
+        )
         discarded.append(r.discarded_fraction[0])
     assert discarded[0] == pytest.approx(0.0)
     assert np.all(np.diff(discarded) > 0) and discarded[-1] > 0.99

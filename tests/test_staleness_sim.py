@@ -12,8 +12,12 @@ pytestmark = pytest.mark.staleness
 
 
 @pytest.mark.parametrize(
-    "make", [lambda: st.quadratic_problem(5, 10.0, noise=1.0, batch_size=3),
-             st.logreg_problem, st.mlp_problem],  # fmt: skip
+    "make",
+    [
+        lambda: st.quadratic_problem(5, 10.0, noise=1.0, batch_size=3),
+        st.logreg_problem,
+        st.mlp_problem,
+    ],
 )
 def test_batched_grads_equal_separate_backward_passes(make):
     problem = make()
@@ -24,8 +28,9 @@ def test_batched_grads_equal_separate_backward_passes(make):
     for k in range(3):  # reference: load the parameters into the module, backward once
         module = problem.module
         with torch.no_grad():
-            for p, v in zip(module.parameters(), problem.unflatten(params[k]).values(),
-                            strict=True):  # fmt: skip
+            for p, v in zip(
+                module.parameters(), problem.unflatten(params[k]).values(), strict=True
+            ):
                 p.copy_(v)
         module.zero_grad()
         loss = module(problem.inputs[idx[k]], problem.targets[idx[k]])
@@ -70,16 +75,30 @@ def test_sync_is_bounded_staleness_zero_wait():
 
 @pytest.mark.parametrize("bound", [2, 5, 12])
 def test_bounded_wait_never_exceeds_the_bound(bound):
-    r = st.simulate(st.logreg_problem(), _straggler(), st.BoundedStaleness(bound, "wait"), 200,
-                    0.5, 0, eval_every=20)  # fmt: skip
+    r = st.simulate(
+        st.logreg_problem(),
+        _straggler(),
+        st.BoundedStaleness(bound, "wait"),
+        200,
+        0.5,
+        0,
+        eval_every=20,
+    )
     assert r.updates == 200 and r.staleness.max() <= bound
     assert r.dropped_staleness.size == 0
     assert r.idle_time.sum() > 0, "the bound is enforced by waiting"
 
 
 def test_bounded_drop_discards_only_too_stale_gradients():
-    r = st.simulate(st.logreg_problem(), _straggler(), st.BoundedStaleness(8, "drop"), 200, 0.5,
-                    0, eval_every=20)  # fmt: skip
+    r = st.simulate(
+        st.logreg_problem(),
+        _straggler(),
+        st.BoundedStaleness(8, "drop"),
+        200,
+        0.5,
+        0,
+        eval_every=20,
+    )
     assert r.staleness.max() <= 8
     assert r.dropped_staleness.size > 0 and r.dropped_staleness.min() > 8
     assert r.discarded_fraction[0] > 0.9, "the straggler's compute is all wasted"
@@ -100,8 +119,15 @@ def test_server_momentum_is_heavy_ball():
 
 
 def test_bursts_raise_and_lower_staleness():
-    r = st.simulate(st.quadratic_problem(4, 4.0, noise=0.5), st.WorkerSpeeds.bursts(3, 6, 40, 0.3),
-                    st.Async(), 600, 0.05, 0, eval_every=10)  # fmt: skip
+    r = st.simulate(
+        st.quadratic_problem(4, 4.0, noise=0.5),
+        st.WorkerSpeeds.bursts(3, 6, 40, 0.3),
+        st.Async(),
+        600,
+        0.05,
+        0,
+        eval_every=10,
+    )
     in_burst = ((r.time % 40) < 12) & ((r.time % 40) > 3)
     out_burst = (r.time % 40) > 16
     assert r.staleness[in_burst].mean() > r.staleness[out_burst].mean() + 3
@@ -135,12 +161,20 @@ def test_diverging_run_is_marked_not_hung():
     p = st.quadratic_problem(2, 2.0)
     r = st.simulate(p, st.WorkerSpeeds.homogeneous(4), st.Async(), 10_000, 1.5, 0)
     assert r.diverged and r.updates < 10_000
-    r = st.simulate(p, st.WorkerSpeeds.homogeneous(2), st.Async(), 10_000, 1e30, 0,
-                    diverge_factor=math.inf)  # loss overflows to inf  # fmt: skip
+    r = st.simulate(
+        p, st.WorkerSpeeds.homogeneous(2), st.Async(), 10_000, 1e30, 0, diverge_factor=math.inf
+    )  # loss overflows to inf
     assert r.diverged and not math.isfinite(r.final_loss) and r.updates < 10_000
 
 
 def test_event_budget_stops_a_run_that_cannot_finish():
     with pytest.raises(st.SimulationStalledError, match="max_events"):
-        st.simulate(st.quadratic_problem(2, 2.0), _straggler(), st.BoundedStaleness(0, "drop"),
-                    1000, 0.1, 0, max_events=50)  # fmt: skip
+        st.simulate(
+            st.quadratic_problem(2, 2.0),
+            _straggler(),
+            st.BoundedStaleness(0, "drop"),
+            1000,
+            0.1,
+            0,
+            max_events=50,
+        )

@@ -29,13 +29,29 @@ def test_simulator_converges_below_and_diverges_above_the_bound(tau):
     speeds = st.WorkerSpeeds.homogeneous(tau + 1)  # every update is exactly tau stale
     updates = 300 + 100 * tau  # > 3.5 / (1 - spectral radius) at 0.95x: room to converge
     bound = st.stability_bound(tau)
-    ok = st.simulate(problem, speeds, st.Async(), updates, 0.95 * bound, seed=0,
-                     eval_every=10, diverge_factor=1e2)  # fmt: skip
+    ok = st.simulate(
+        problem,
+        speeds,
+        st.Async(),
+        updates,
+        0.95 * bound,
+        seed=0,
+        eval_every=10,
+        diverge_factor=1e2,
+    )
     assert set(ok.staleness[2 * tau + 2 :].tolist()) == {tau}, "homogeneous workers: fixed delay"
     assert not ok.diverged and ok.updates == updates
     assert ok.final_loss < 1e-3 * ok.loss[0], f"tau={tau}: 0.95x the bound should converge"
-    bad = st.simulate(problem, speeds, st.Async(), updates, 1.05 * bound, seed=0,
-                      eval_every=10, diverge_factor=1e2)  # fmt: skip
+    bad = st.simulate(
+        problem,
+        speeds,
+        st.Async(),
+        updates,
+        1.05 * bound,
+        seed=0,
+        eval_every=10,
+        diverge_factor=1e2,
+    )
     assert bad.diverged, f"tau={tau}: 1.05x the bound should diverge"
     assert bad.updates < updates, "a diverged run stops early"
 
@@ -55,8 +71,14 @@ def test_worked_example_weights():
 
 def test_worked_example_in_simulation_applies_the_weights():
     # 11 equal workers: after warm-up every update is 10 stale and must apply 1/11 of lr.
-    r = st.simulate(st.quadratic_problem(4, 4.0), st.WorkerSpeeds.homogeneous(11),
-                    st.StalenessAwareLR(), 60, lr=0.01, seed=0)  # fmt: skip
+    r = st.simulate(
+        st.quadratic_problem(4, 4.0),
+        st.WorkerSpeeds.homogeneous(11),
+        st.StalenessAwareLR(),
+        60,
+        lr=0.01,
+        seed=0,
+    )
     np.testing.assert_allclose(r.weight, 1.0 / (1.0 + r.staleness))
     assert r.staleness[0] == 0 and r.staleness[1] == 1 and r.weight[1] == pytest.approx(0.5)
     assert (r.staleness[20:] == 10).all() and r.weight[-1] == pytest.approx(1 / 11)

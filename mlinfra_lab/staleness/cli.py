@@ -48,8 +48,9 @@ def _bench(args: argparse.Namespace) -> int:
     seconds, summary = [], {}
     for rep in tqdm(range(args.repeats), desc="bench staleness"):
         start = time.perf_counter()
-        result = st.simulate(problem, speeds, st.Async(), args.updates, args.lr, rep,
-                             eval_every=args.eval_every)  # fmt: skip
+        result = st.simulate(
+            problem, speeds, st.Async(), args.updates, args.lr, rep, eval_every=args.eval_every
+        )
         seconds.append(time.perf_counter() - start)
         summary = result.summary()
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -85,13 +86,24 @@ def _simulate(args: argparse.Namespace) -> int:
     from mlinfra_lab import staleness as st
     from mlinfra_lab.cli import CommandError
 
-    problems = {"logreg": st.logreg_problem, "mlp": st.mlp_problem,
-                "quadratic": lambda: st.quadratic_problem(10, 10.0, noise=0.5)}  # fmt: skip
+    problems = {
+        "logreg": st.logreg_problem,
+        "mlp": st.mlp_problem,
+        "quadratic": lambda: st.quadratic_problem(10, 10.0, noise=0.5),
+    }
     try:
         speeds = st.WorkerSpeeds.straggler(args.workers, args.slow_factor, 0)
         policy = _policy(args.policy, args.bound, args.lam)
-        result = st.simulate(problems[args.problem](), speeds, policy, args.updates, args.lr,
-                             args.seed, args.momentum, progress=True)  # fmt: skip
+        result = st.simulate(
+            problems[args.problem](),
+            speeds,
+            policy,
+            args.updates,
+            args.lr,
+            args.seed,
+            args.momentum,
+            progress=True,
+        )
     except (st.StalenessConfigError, st.SimulationStalledError) as err:
         raise CommandError(str(err)) from err
     print(json.dumps(result.summary(), indent=2))
@@ -109,12 +121,18 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--workers", type=int, default=64, help="simulated workers (default 64)")
     b.add_argument("--updates", type=int, default=20_000, help="applied updates (default 20000)")
     b.add_argument("--lr", type=float, default=0.5, help="learning rate (default 0.5)")
-    b.add_argument("--eval-every", type=int, default=100,
-                   help="measure the full training loss every N updates (default 100)")  # fmt: skip
+    b.add_argument(
+        "--eval-every",
+        type=int,
+        default=100,
+        help="measure the full training loss every N updates (default 100)",
+    )
     b.add_argument("--repeats", type=int, default=3, help="timed runs; the best is reported")
-    b.add_argument("--output", default=None,
-                   help="write the JSON result here, e.g. "
-                   "benchmarks/results/staleness-cpu-DATE.json")  # fmt: skip
+    b.add_argument(
+        "--output",
+        default=None,
+        help="write the JSON result here, e.g. benchmarks/results/staleness-cpu-DATE.json",
+    )
     b.set_defaults(func=_bench)
 
     top = commands.add_parser("staleness", help="asynchronous-training staleness simulator")

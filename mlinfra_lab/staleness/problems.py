@@ -92,6 +92,12 @@ class Problem:
     targets: torch.Tensor = field(repr=False)  # (N,) labels (unused by the quadratic)
     batch_size: int  # examples per worker gradient
     init_seed: int = 0  # seed the template's initial parameters were drawn with
+    start: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.start is None:  # snapshot now: later edits of the template change nothing
+            flat = torch.cat([p.detach().reshape(-1) for p in self.module.parameters()])
+            object.__setattr__(self, "start", flat.clone())
 
     @property
     def num_examples(self) -> int:
@@ -114,8 +120,8 @@ class Problem:
         return out
 
     def initial_params(self) -> torch.Tensor:
-        """The starting point (P,): the template's own (seeded) initialisation, copied."""
-        return torch.cat([p.detach().reshape(-1) for p in self.module.parameters()]).clone()
+        """The starting point (P,): the template's (seeded) initialisation when built, copied."""
+        return self.start.clone()
 
     def _loss(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         buffers = dict(self.module.named_buffers())

@@ -171,20 +171,28 @@ def simulate(
 ) -> SimResult:
     """Run the asynchronous parameter server; see the module docstring."""
     _validate(problem, speeds, policy, updates, lr, seed, momentum)
-    with single_thread():
-        return _run(problem, speeds, policy, updates, lr, seed, momentum, eval_every,
-                    diverge_factor, max_events, progress)  # fmt: skip
-
-
-def _run(problem, speeds, policy, updates, lr, seed, momentum, eval_every, diverge_factor,
-         max_events, progress) -> SimResult:  # fmt: skip
-    n = speeds.n
-    eval_every = eval_every or max(1, updates // 500)
-    max_events = max_events or 100 * updates + 10 * n
     config = SimConfig(
-        problem.name, speeds.name, n, policy.label, updates, float(lr), seed, float(momentum),
-        eval_every, float(diverge_factor), max_events,
-    )  # fmt: skip
+        problem=problem.name,
+        speeds=speeds.name,
+        workers=speeds.n,
+        policy=policy.label,
+        updates=updates,
+        lr=float(lr),
+        seed=seed,
+        momentum=float(momentum),
+        eval_every=eval_every or max(1, updates // 500),
+        diverge_factor=float(diverge_factor),
+        max_events=max_events or 100 * updates + 10 * speeds.n,
+    )
+    with single_thread():
+        return _run(problem, speeds, policy, config, progress)
+
+
+def _run(
+    problem: Problem, speeds: WorkerSpeeds, policy: Policy, config: SimConfig, progress: bool
+) -> SimResult:
+    n, updates, lr, momentum = speeds.n, config.updates, config.lr, config.momentum
+    seed, eval_every, max_events = config.seed, config.eval_every, config.max_events
     wait_bound = policy.max_staleness if policy.mode == "wait" else None
     has_correct = type(policy).correct is not Policy.correct
     durations = speeds.sampler(seed)
@@ -211,7 +219,7 @@ def _run(problem, speeds, policy, updates, lr, seed, momentum, eval_every, diver
     dropped: list[int] = []
     loss0 = problem.full_loss(theta)
     loss_at, losses = [0], [loss0]
-    limit = diverge_factor * max(abs(loss0), 1e-12)
+    limit = config.diverge_factor * max(abs(loss0), 1e-12)
     diverged = not math.isfinite(loss0)
 
     def pull(w: int, now: float) -> None:
@@ -231,7 +239,9 @@ def _run(problem, speeds, policy, updates, lr, seed, momentum, eval_every, diver
 
     def compute_pending() -> None:
         ws = list(pending)
-        g, lo = problem.batched_grads(torch.stack([pulled[w] for w in ws]), np.stack([idx[w] for w in ws]))
+        g, lo = problem.batched_grads(
+            torch.stack([pulled[w] for w in ws]), np.stack([idx[w] for w in ws])
+        )
         for k, w in enumerate(ws):
             grads[w], mb_loss[w] = g[k], float(lo[k])
         pending.clear()
@@ -244,8 +254,10 @@ def _run(problem, speeds, policy, updates, lr, seed, momentum, eval_every, diver
             w, sc = ws[0], scales[0]
             g = policy.correct(grads[w], theta, pulled[w]) if has_correct else grads[w]
         else:
-            g = sum(sc * (policy.correct(grads[w], theta, pulled[w]) if has_correct else grads[w])
-                    for w, sc in zip(ws, scales, strict=True)) / len(ws)  # fmt: skip
+            g = sum(
+                sc * (policy.correct(grads[w], theta, pulled[w]) if has_correct else grads[w])
+                for w, sc in zip(ws, scales, strict=True)
+            ) / len(ws)
             sc = 1.0
         if velocity is not None:
             velocity = velocity.mul(momentum).add_(g, alpha=sc)
