@@ -83,3 +83,10 @@ bench-staleness: setup
 # MLflow runs its log/create phases at 2% scale (it is ~100x slower per call); searches use 100k runs for both.
 bench-tracking: setup
 	$(BIN)/mlinfra-lab bench tracking --mlflow-scale 0.02 --out benchmarks/results
+
+# Attention: on a GPU the full bf16 sweep, checked against the committed H200 baseline
+# (fails when a shape is >10% slower; pass ATTN_BASELINE= to skip the check on other GPUs);
+# on a CPU a tiny sweep under the Triton interpreter (tests the command, not the speed).
+ATTN_BASELINE ?= $(if $(HAS_GPU),benchmarks/baselines/h200-attention.json)
+bench-attention: setup
+	$(BIN)/mlinfra-lab bench attention --out benchmarks/results/attention-$$(date -u +%Y-%m-%d).json $(if $(ATTN_BASELINE),--check-baseline $(ATTN_BASELINE))
