@@ -152,3 +152,18 @@ def test_trace_summary_counts_nccl_kernels_as_communication(tmp_path):
             "pid": 1, "tid": 1}]
     path.write_text(json.dumps({"traceEvents": cpu}))
     assert summarise_trace(path)["comm_share"] == pytest.approx(50 / 150)
+
+
+def test_committed_h200_results_parse():
+    """The H200 files under benchmarks/results load, and the NCCL log parser reads the real log."""
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    log = parse_nccl_log((results / "h200-allreduce-1gpu.nccl.log").read_text())
+    assert (log.nranks, log.network, log.version) == (1, "Socket", "2.28.9+cuda13.0")
+    assert log.transports == {} and "one rank" in log.verdict
+    sweep = json.loads((results / "h200-allreduce-1gpu.json").read_text())
+    assert sweep["environment"]["device"] == "NVIDIA H200" and sweep["nccl"]["nranks"] == 1
+    for batch in (8, 64, 512):
+        run = load_run(results / f"h200-scaling-1gpu-b{batch}.json")
+        assert run.rank_batch == batch and run.data["backend"] == "nccl"

@@ -4,7 +4,7 @@ and the NCCL_DEBUG=INFO log with the transport it shows.
 Contract: ``python -m mlinfra_lab.scaling.record --out DIR [--world-sizes 1 2 4 8]`` writes
 into DIR, per world size N, ``<prefix>-scaling-<N>gpu-b<B>.json`` (one profile per per-rank
 batch; faults with ``--faults``), ``<prefix>-allreduce-<N>gpu.json`` (sweep + alpha-beta
-fit) and ``<prefix>-nccl-<N>gpu.log`` with its parsed transport inside the sweep file.
+fit) and ``<prefix>-allreduce-<N>gpu.nccl.log`` (its parsed transport is inside the sweep file).
 
 Design decisions:
 - The same `profile` and `run_allreduce_bench` as the CPU path, with `RunConfig.for_gpu()`
@@ -52,7 +52,7 @@ def record(out: Path, world_sizes: list[int], batches: list[int], faults: list[s
         os.environ.pop("NCCL_DEBUG_FILE")
         os.environ.pop("NCCL_DEBUG")
         transport = parse_nccl_log(log)
-        log_path = out / f"{prefix}-nccl-{n}gpu.log"
+        log_path = out / f"{prefix}-allreduce-{n}gpu.nccl.log"
         log_path.write_text(log)
         sweep = {"kind": "allreduce", "nproc": n, "environment": environment(), "rows": rows,
                  "fit": fit_alpha_beta(rows).as_dict(),
