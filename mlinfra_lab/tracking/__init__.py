@@ -13,8 +13,11 @@ cache and tiered retention keep storage fast and bounded. Read the modules in th
 - ``access``     VIEW < READ_ARTIFACTS < WRITE < ADMIN, users and teams
 - ``lineage``    walking the graph forward and backward
 - ``cache``      the LRU disk cache of hot artifacts, verified by hash
-- ``retention``  declarative policy -> explicit plan; garbage collection of blobs
+- ``retention``  declarative policy -> explicit plan
+- ``maintenance``  carrying out a plan; garbage collection of unreferenced blobs
+- ``records``    the frozen records the store returns (RunInfo, ArtifactInfo, ...)
 - ``store``      `TrackingStore`, the facade every read and write goes through
+- ``experiments``  the chapter's measurements; ``testing``: throw-away stores for tests
 - ``bench``      side-by-side benchmark against MLflow (``mlinfra-lab bench tracking``)
 """
 
@@ -30,6 +33,7 @@ from mlinfra_lab.tracking.errors import (
 )
 from mlinfra_lab.tracking.lineage import LineageGraph
 from mlinfra_lab.tracking.query import compile_filter
+from mlinfra_lab.tracking.records import ArtifactInfo, DatasetRef, GcReport, RunInfo
 from mlinfra_lab.tracking.retention import (
     PlannedAction,
     RetentionPlan,
@@ -38,7 +42,7 @@ from mlinfra_lab.tracking.retention import (
     plan_retention,
 )
 from mlinfra_lab.tracking.run import Run
-from mlinfra_lab.tracking.store import ArtifactInfo, DatasetRef, GcReport, RunInfo, TrackingStore
+from mlinfra_lab.tracking.store import TrackingStore
 
 __all__ = [
     "ArtifactCache",

@@ -40,7 +40,7 @@ import fsspec
 
 from mlinfra_lab.tracking.errors import ArtifactNameError
 
-__all__ = ["BlobStore", "PutResult", "check_name", "open_uri", "sha256_file"]
+__all__ = ["BlobStore", "PutResult", "check_name", "open_uri", "sha256_file", "to_url"]
 
 CHUNK = 1 << 20  # 1 MiB: big enough to stream fast, small enough to bound memory
 
@@ -58,6 +58,11 @@ def check_name(name: str) -> str:
     if any(part in ("..", ".") for part in PurePosixPath(name).parts) or "//" in name:
         raise ArtifactNameError(f"artifact name {name!r} has a '..', '.' or empty part; use a plain relative name")
     return name
+
+
+def to_url(root: str) -> str:
+    """An fsspec URL for `root`: URLs pass through, a plain path becomes ``file://<absolute path>``."""
+    return root if "://" in root else "file://" + os.path.abspath(root)
 
 
 def open_uri(uri: str) -> BinaryIO:
@@ -158,6 +163,9 @@ class BlobStore:
 
     def exists(self, uri: str) -> bool:
         return self.fs.exists(self._path(uri))
+
+    def size(self, uri: str) -> int:
+        return int(self.fs.size(self._path(uri)))
 
     def delete(self, uri: str) -> None:
         self.fs.rm(self._path(uri))

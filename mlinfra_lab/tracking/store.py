@@ -17,7 +17,7 @@ Design decisions:
   when `cache_dir` is given, and every read is verified against its sha256.
 
 The module is long because it is the facade; the concepts live in their own modules:
-schema, db, query, access, lineage, retention, cache, artifacts, run.
+schema, db, query, access, lineage, retention, maintenance, cache, artifacts, run, records.
 """
 
 from __future__ import annotations
@@ -31,19 +31,19 @@ import os
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 from sqlalchemy import Connection, and_, bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from mlinfra_lab.tracking import access, lineage, query
+from mlinfra_lab.tracking import access, lineage, maintenance, query
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level
-from mlinfra_lab.tracking.artifacts import BlobStore, open_uri
+from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
 from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
 from mlinfra_lab.tracking.db import make_engine, migrate, write_tx
 from mlinfra_lab.tracking.errors import IntegrityError, NotFound, PermissionDenied, TrackingError
+from mlinfra_lab.tracking.records import ArtifactInfo, DatasetRef, GcReport, RunInfo
 from mlinfra_lab.tracking.retention import (
     ArtifactRecord,
     RetentionPlan,
@@ -53,65 +53,6 @@ from mlinfra_lab.tracking.retention import (
 from mlinfra_lab.tracking.run import Run
 
 __all__ = ["ArtifactInfo", "DatasetRef", "GcReport", "RunInfo", "TrackingStore"]
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    id: int
-    project: str
-    name: str
-    status: str
-    user: str
-    code_commit: str | None
-    created_at: float
-    ended_at: float | None
-    params: dict[str, str] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)  # latest value per key
-    tags: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def node(self) -> str:
-        return f"run:{self.id}"
-
-
-@dataclass(frozen=True)
-class ArtifactInfo:
-    id: int
-    run_id: int
-    name: str
-    kind: str
-    step: int | None
-    sha256: str
-    size: int
-    tier: str
-    pinned: bool
-    uri: str | None  # None unless the caller may download (READ_ARTIFACTS)
-
-    @property
-    def node(self) -> str:
-        return f"artifact:{self.id}"
-
-
-@dataclass(frozen=True)
-class DatasetRef:
-    id: int
-    project: str
-    name: str
-    version: str
-    uri: str
-    sha256: str | None
-
-    @property
-    def node(self) -> str:
-        return f"dataset:{self.id}"
-
-
-@dataclass(frozen=True)
-class GcReport:
-    deleted: tuple[str, ...]  # blob URIs removed (or that would be, in a dry run)
-    bytes_freed: int
-    referenced: int  # blobs kept because a row references them
-    dry_run: bool
 
 
 @functools.cache
@@ -136,10 +77,6 @@ def _number(v: Any) -> float | None:
         return None
 
 
-def _to_url(root: str) -> str:
-    return root if "://" in root else "file://" + os.path.abspath(root)
-
-
 class TrackingStore:
     """Metadata in SQL (SQLite by default, PostgreSQL by URL), artifacts in fsspec storage."""
 
@@ -147,7 +84,7 @@ class TrackingStore:
                  artifact_root: str = "mlinfra-artifacts", cache_dir: str | os.PathLike | None = None,
                  cache_bytes: int = 1 << 30, default_user: str | None = None,
                  batch_size: int = 1000, migrate_schema: bool = True):  # fmt: skip
-        self.db_url, self.artifact_root = db_url, _to_url(artifact_root)
+        self.db_url, self.artifact_root = db_url, to_url(artifact_root)
         self.engine = make_engine(db_url)
         if migrate_schema:
             migrate(self.engine)
@@ -548,40 +485,14 @@ class TrackingStore:
         """Plan retention over the projects you ADMIN; unless `dry_run`, carry out that plan.
 
         Deleting removes artifact rows (and their lineage edges); the bytes are freed by
-        `gc`, because a blob may be shared by several rows.
+        `gc`, because a blob may be shared by several rows. See `maintenance`.
         """
         user = self._user(user)
         now = time.time() if now is None else now
         with self.engine.connect() as conn:
             pids = access.visible_project_ids(conn, user, Level.ADMIN)
             plan = plan_retention(policy, self._artifact_records(conn, pids), now)
-        if dry_run:
-            return plan
-        a, notes = S.artifacts, []
-        cold = BlobStore(_to_url(policy.cold_root)) if policy.cold_root else None
-        for act in plan.actions:
-            if act.action != "move_cold":
-                continue
-            with self.engine.connect() as conn:
-                row = conn.execute(select(a.c.uri, a.c.sha256).where(a.c.id == act.artifact_id)).first()
-            with open_uri(row.uri) as f:
-                put = cold.put(f)
-            if put.sha256 != row.sha256:
-                raise IntegrityError(act.artifact_id, row.sha256, put.sha256, f"at {row.uri}")
-            with self._write() as conn:
-                conn.execute(update(a).where(a.c.id == act.artifact_id, a.c.uri == row.uri, a.c.pinned.is_(False))
-                             .values(uri=put.uri, tier="cold"))  # fmt: skip
-        with self._write() as conn:
-            ids = plan.deletes
-            for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
-                n = conn.execute(delete(a).where(a.c.id.in_(chunk), a.c.pinned.is_(False))).rowcount
-                if n != len(chunk):
-                    notes.append(f"{len(chunk) - n} listed artifacts were pinned or gone since planning")
-                nodes = [f"artifact:{i}" for i in chunk]
-                e = S.lineage_edges
-                conn.execute(delete(e).where(e.c.dst.in_(nodes) | e.c.src.in_(nodes)))
-            self._audit(user, "apply_retention", None, f"{len(ids)} deletes, {len(plan.moves)} moves", True, conn)
-        return replace(plan, applied=True, notes=tuple(notes))
+        return plan if dry_run else maintenance.execute_plan(self, plan, user)
 
     def gc(self, grace_seconds: float = 3600.0, dry_run: bool = False, extra_roots: Sequence[str] = (),
            user: str | None = None) -> GcReport:  # fmt: skip
@@ -590,31 +501,7 @@ class TrackingStore:
         Needs ADMIN on every project (blobs are shared across projects by de-duplication).
         The grace period protects uploads in flight: their blob exists before their row.
         """
-        user = self._user(user)
-        now = time.time()
-        with self.engine.connect() as conn:
-            all_pids = set(conn.execute(select(S.projects.c.id)).scalars())
-            admin = set(access.visible_project_ids(conn, user, Level.ADMIN))
-            if all_pids - admin:
-                raise PermissionDenied(user, "*", "ADMIN", "garbage-collect blobs (ADMIN on every project)")
-            referenced = set(conn.execute(select(S.artifacts.c.uri).distinct()).scalars())
-            cold_roots = {u.split("/blobs/")[0] for u in conn.execute(
-                select(S.artifacts.c.uri).where(S.artifacts.c.tier == "cold").distinct()).scalars()}  # fmt: skip
-        roots = [self.blobs] + [BlobStore(_to_url(r)) for r in sorted(cold_roots | set(extra_roots))
-                                if _to_url(r) != self.blobs.root]  # fmt: skip
-        deleted, freed, kept = [], 0, 0
-        for store in roots:
-            for uri, mtime in store.list_blobs():
-                if uri in referenced:
-                    kept += 1
-                elif now - mtime >= grace_seconds:
-                    freed += store.fs.size(store._path(uri))
-                    deleted.append(uri)
-                    if not dry_run:
-                        store.delete(uri)
-        if not dry_run:
-            self._audit(user, "gc", None, f"{len(deleted)} blobs", True)
-        return GcReport(tuple(deleted), freed, kept, dry_run)
+        return maintenance.collect_garbage(self, grace_seconds, dry_run, extra_roots, self._user(user))
 
     def audit_log(self, project: str, limit: int = 100, user: str | None = None) -> list[dict]:
         """The latest audit records of `project`; needs ADMIN."""

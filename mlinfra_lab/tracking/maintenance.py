@@ -1,0 +1,107 @@
+"""Carrying out a retention plan and collecting garbage: the two operations that delete things.
+
+Contract: `execute_plan(store, plan, user)` does exactly what a `RetentionPlan` lists (moves
+to the cold root, then row deletes) and returns the plan marked applied, with a note for
+anything that changed since planning; `collect_garbage(store, ...)` deletes only blobs that
+no artifact row references and that are older than a grace period.
+
+Design decisions:
+- Moves copy first and verify: the blob is re-hashed on its way to the cold root and the row
+  is switched to the new URI only if the digest matches (`IntegrityError` otherwise); the
+  update is conditional on the row still pointing at the old URI and not being pinned.
+- Deletes remove rows (and their lineage edges), never bytes: de-duplication means a blob
+  may back several rows, so bytes are freed only by the garbage collector, which works from
+  the set of URIs that rows reference at the time it runs.
+- The collector skips blobs younger than `grace_seconds`: an upload writes its blob a moment
+  before its row, and a de-duplicated upload refreshes the blob's modification time, so a
+  grace period longer than an upload keeps the collector from racing a writer.
+- Both need ADMIN: retention over the projects the caller administers (the plan is already
+  limited to them), garbage collection over every project, since blobs are shared.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from sqlalchemy import delete, select, update
+
+from mlinfra_lab.tracking import access
+from mlinfra_lab.tracking import schema as S
+from mlinfra_lab.tracking.access import Level
+from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
+from mlinfra_lab.tracking.errors import IntegrityError, PermissionDenied
+from mlinfra_lab.tracking.records import GcReport
+from mlinfra_lab.tracking.retention import RetentionPlan
+
+if TYPE_CHECKING:
+    from mlinfra_lab.tracking.store import TrackingStore
+
+__all__ = ["collect_garbage", "execute_plan"]
+
+
+def execute_plan(store: TrackingStore, plan: RetentionPlan, user: str) -> RetentionPlan:
+    """Carry out `plan` (computed for `user`'s ADMIN projects); return it marked applied."""
+    a, notes = S.artifacts, []
+    policy = plan.policy
+    cold = BlobStore(to_url(policy.cold_root)) if policy.cold_root else None
+    for act in plan.actions:
+        if act.action != "move_cold":
+            continue
+        with store.engine.connect() as conn:
+            row = conn.execute(select(a.c.uri, a.c.sha256).where(a.c.id == act.artifact_id)).first()
+        if row is None:
+            notes.append(f"artifact {act.artifact_id} is gone since planning")
+            continue
+        with open_uri(row.uri) as f:
+            put = cold.put(f)
+        if put.sha256 != row.sha256:
+            raise IntegrityError(act.artifact_id, row.sha256, put.sha256, f"at {row.uri}")
+        with store._write() as conn:
+            n = conn.execute(update(a).where(a.c.id == act.artifact_id, a.c.uri == row.uri, a.c.pinned.is_(False))
+                             .values(uri=put.uri, tier="cold")).rowcount  # fmt: skip
+        if n != 1:
+            notes.append(f"artifact {act.artifact_id} was pinned or changed since planning: not moved")
+    ids = plan.deletes
+    with store._write() as conn:
+        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+            n = conn.execute(delete(a).where(a.c.id.in_(chunk), a.c.pinned.is_(False))).rowcount
+            if n != len(chunk):
+                notes.append(f"{len(chunk) - n} listed artifacts were pinned or gone since planning")
+            nodes = [f"artifact:{i}" for i in chunk]
+            e = S.lineage_edges
+            conn.execute(delete(e).where(e.c.dst.in_(nodes) | e.c.src.in_(nodes)))
+        store._audit(user, "apply_retention", None, f"{len(ids)} deletes, {len(plan.moves)} moves", True, conn)
+    return replace(plan, applied=True, notes=tuple(notes))
+
+
+def collect_garbage(store: TrackingStore, grace_seconds: float, dry_run: bool, extra_roots: Sequence[str],
+                    user: str) -> GcReport:  # fmt: skip
+    """Delete (or, in a dry run, list) unreferenced blobs older than `grace_seconds`."""
+    now = time.time()
+    with store.engine.connect() as conn:
+        all_pids = set(conn.execute(select(S.projects.c.id)).scalars())
+        admin = set(access.visible_project_ids(conn, user, Level.ADMIN))
+        if all_pids - admin:
+            store._audit(user, "gc", None, None, False)
+            raise PermissionDenied(user, "*", "ADMIN", "garbage-collect blobs (ADMIN on every project)")
+        referenced = set(conn.execute(select(S.artifacts.c.uri).distinct()).scalars())
+        cold_roots = {u.split("/blobs/")[0] for u in conn.execute(
+            select(S.artifacts.c.uri).where(S.artifacts.c.tier == "cold").distinct()).scalars()}  # fmt: skip
+    roots = [store.blobs] + [BlobStore(to_url(r)) for r in sorted(cold_roots | set(extra_roots))
+                             if to_url(r) != store.blobs.root]  # fmt: skip
+    deleted, freed, kept = [], 0, 0
+    for blobs in roots:
+        for uri, mtime in blobs.list_blobs():
+            if uri in referenced:
+                kept += 1
+            elif now - mtime >= grace_seconds:
+                freed += blobs.size(uri)
+                deleted.append(uri)
+                if not dry_run:
+                    blobs.delete(uri)
+    if not dry_run:
+        store._audit(user, "gc", None, f"{len(deleted)} blobs", True)
+    return GcReport(tuple(deleted), freed, kept, dry_run)
