@@ -26,8 +26,16 @@ Design decisions:
   other GPUs, and one small fixed tile under the CPU interpreter (fast to interpret and
   small enough that tests with 17 or 100 tokens still cross several tiles).
 
+Layout: the kernels live in `_flash_kernels.py` (imported on first use, after the
+interpreter switch); this file holds the launchers (asserts, grids), the
+`torch.autograd.Function` and the public functions. The plain references are in
+`reference.py`: `naive_attention` annotated with the bytes it moves, `tiled_attention`
+this same algorithm in PyTorch. Bytes this forward moves: Q and O once, K and V once per
+query tile (``ceil(N / BLOCK_M)`` passes, mostly served by L2), no score matrix.
+
 Caveats: causal attention needs equal query and key lengths (`_checks`). The backward
-pass recomputes ``QK^T`` twice (once per backward kernel): 5 matmuls of work become 6.
+pass recomputes ``QK^T`` and ``dO V^T`` in both backward kernels: FA2's 5 matmuls become 7,
+the price of needing no atomics.
 The interpreter has no bfloat16.
 
 References: Dao, "FlashAttention-2" (2023); the Triton tutorial "Fused Attention"
@@ -69,6 +77,8 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
+    assert k.shape == v.shape == (b, h, n_k, d) and q.dtype == k.dtype == v.dtype
+    assert not causal or n_q == n_k
     o = torch.empty_like(q)
     lse = torch.empty((b * h, n_q), device=q.device, dtype=torch.float32)
     grid = lambda meta: (_cdiv(n_q, meta["BLOCK_M"]), b * h)  # noqa: E731
