@@ -1,5 +1,6 @@
 """The empirical method: staleness logged beside the loss, tested for a real effect."""
 
+import numpy as np
 import pytest
 
 from mlinfra_lab import staleness as st
@@ -23,13 +24,16 @@ def test_correlation_finds_staleness_injected_in_bursts():
     r = _run(st.WorkerSpeeds.bursts(3, 6, period=40, duty=0.3))
     c = st.staleness_loss_correlation(r, window=20)
     assert c.rho > 0.2 and c.significant(0.01), (c.rho, c.p_value)
+    v = st.staleness_loss_correlation(r, window=20, effect="variance")
+    assert v.rho > 0.2 and v.significant(0.01), (v.rho, v.p_value)
 
 
 def test_correlation_finds_nothing_in_constant_noise_staleness():
     r = _run(st.WorkerSpeeds.lognormal(3, sigma=0.5))
     assert r.staleness.std() > 0.5, "staleness does vary"
-    c = st.staleness_loss_correlation(r, window=20)
-    assert not c.significant(0.05), (c.rho, c.p_value)
+    for effect in ("change", "variance"):  # same significance level as the bursts test
+        c = st.staleness_loss_correlation(r, window=20, effect=effect)
+        assert not c.significant(0.01), (effect, c.rho, c.p_value)
 
 
 def test_histogram_and_bad_windows():
@@ -48,6 +52,27 @@ def test_histogram_and_bad_windows():
         st.staleness_loss_correlation(r, window=2)
     with pytest.raises(st.StalenessConfigError, match="windows"):
         st.staleness_loss_correlation(r, window=100)
+    with pytest.raises(st.StalenessConfigError, match="effect"):
+        st.staleness_loss_correlation(r, window=10, effect="vibes")
+
+
+def test_rank_correlation_averages_ties():
+    from mlinfra_lab.staleness.analysis import _ranks
+
+    np.testing.assert_array_equal(_ranks(np.array([2.0, 1.0, 2.0, 2.0])), [2.0, 0.0, 2.0, 2.0])
+
+
+def test_throughput_of_equal_workers():
+    r = st.simulate(
+        st.quadratic_problem(2, 2.0),
+        st.WorkerSpeeds.homogeneous(4),
+        st.Async(),
+        400,
+        0.05,
+        0,
+        eval_every=50,
+    )
+    assert r.updates_per_second == pytest.approx(4.0, rel=0.02), "4 workers x 1 update/s"
 
 
 def test_sync_wins_on_updates_async_on_time():

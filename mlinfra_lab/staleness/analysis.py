@@ -11,7 +11,8 @@ Design decisions:
   ask whether high-staleness periods coincide with bad loss periods. The run is cut into
   windows of `window` updates; per window x = its mean staleness (``stat="max"``: the
   largest), y = change of log(training
-  loss) across the window (> 0: the loss rose). The statistic is Spearman's rank correlation
+  loss) across the window (> 0: the loss rose), or with ``effect="variance"`` the spread of
+  the loss's steps inside it. The statistic is Spearman's rank correlation
   of x and y; its one-sided p-value comes from shuffling y against x (a permutation test: no
   distribution assumed). A significant positive correlation is evidence that staleness is a
   cause, not an assumption; no correlation with staleness that is present but constant noise
@@ -52,10 +53,11 @@ class CorrelationResult:
     """Outcome of `staleness_loss_correlation`."""
 
     stat: str  # how a window's staleness is summarised: "mean", "max" or "p90"
+    effect: str  # "change" or "variance" of the log loss in each window
     rho: float  # Spearman correlation of window staleness and window log-loss change
     p_value: float  # one-sided permutation p-value of rho > 0
     window_staleness: np.ndarray  # (W,) mean staleness of each window
-    window_loss_change: np.ndarray  # (W,) change of log(loss) across each window
+    window_loss_change: np.ndarray  # (W,) the effect per window (change or spread of log loss)
     window: int
     permutations: int
 
@@ -77,10 +79,22 @@ _STATS = {
 
 
 def _ranks(a: np.ndarray) -> np.ndarray:
-    order = np.argsort(a, kind="stable")
+    """Ranks with ties averaged (window staleness is often tied; order must not break ties)."""
     ranks = np.empty(a.shape[0])
-    ranks[order] = np.arange(a.shape[0])
-    return ranks
+    ranks[np.argsort(a, kind="stable")] = np.arange(a.shape[0])
+    _, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+    return (np.bincount(inverse, weights=ranks) / counts)[inverse]
+
+
+def _window_effect(result: SimResult, edges: np.ndarray, effect: str) -> np.ndarray:
+    log_loss = np.log(np.maximum(result.loss, 1e-30))
+    if effect == "change":  # log-loss change across each window (> 0: the loss rose)
+        return np.diff(np.interp(edges, result.loss_at, log_loss))
+    out = []  # "variance": spread of the step-to-step log-loss changes inside each window
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        inside = (result.loss_at >= a) & (result.loss_at <= b)
+        out.append(np.diff(log_loss[inside]).std())
+    return np.asarray(out)
 
 
 def staleness_loss_correlation(
@@ -90,12 +104,21 @@ def staleness_loss_correlation(
     burn_in: float = 0.1,
     seed: int = 0,
     stat: str = "mean",
+    effect: str = "change",
 ) -> CorrelationResult:
-    """Do windows of high staleness coincide with windows of rising loss? (see module doc)."""
-    if window < 1 or window < result.config.eval_every:
+    """Do windows of high staleness coincide with windows of rising (or noisier) loss?
+
+    stat: how a window's staleness is summarised ("mean", "max", "p90"); effect: "change"
+    (log-loss change across the window) or "variance" (spread of the log-loss steps inside it,
+    which needs a window of at least 3 eval intervals). See the module docstring.
+    """
+    if effect not in ("change", "variance"):
+        raise StalenessConfigError(f"effect must be 'change' or 'variance', got {effect!r}")
+    need = result.config.eval_every * (3 if effect == "variance" else 1)
+    if window < 1 or window < need:
         raise StalenessConfigError(
-            f"window must be >= 1 and >= the run's eval_every ({result.config.eval_every}); "
-            f"got {window}"
+            f"window must be >= {need} for effect={effect!r} with the run's eval_every "
+            f"({result.config.eval_every}); got {window}"
         )
     if not 0 <= burn_in < 1:
         raise StalenessConfigError(f"burn_in is a fraction in [0, 1), got {burn_in}")
@@ -106,8 +129,7 @@ def staleness_loss_correlation(
             f"only {edges.shape[0] - 1} windows of {window} updates after the burn-in; "
             "use a smaller window or a longer run (at least 5 windows)"
         )
-    log_loss = np.interp(edges, result.loss_at, np.log(np.maximum(result.loss, 1e-30)))
-    y = np.diff(log_loss)  # (W,)
+    y = _window_effect(result, edges, effect)  # (W,)
     if stat not in _STATS:
         raise StalenessConfigError(f"stat must be one of {sorted(_STATS)}, got {stat!r}")
     per_window = result.staleness[edges[0] : edges[-1]].reshape(-1, window).astype(float)
@@ -120,7 +142,7 @@ def staleness_loss_correlation(
     perms = np.stack([rng.permutation(ry) for _ in range(permutations)])  # (P, W)
     null = (perms @ rx) / denom if denom > 0 else np.zeros(permutations)
     p = float((1 + np.sum(null >= rho - 1e-12)) / (1 + permutations))
-    return CorrelationResult(stat, rho, p, x, y, window, permutations)
+    return CorrelationResult(stat, effect, rho, p, x, y, window, permutations)
 
 
 def updates_to_target(result: SimResult, target: float) -> int | None:
