@@ -142,14 +142,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="run one simulation with a straggler and print its summary as JSON",
         description="Simulate a parameter server where worker 0 is a straggler.",
     )
-    s.add_argument("--problem", choices=("logreg", "mlp", "quadratic"), default="logreg")
+    s.add_argument(
+        "--problem", choices=("logreg", "mlp", "quadratic"), default="logreg", help="model"
+    )
     s.add_argument("--policy", choices=POLICIES, default="async", help="mitigation policy")
-    s.add_argument("--workers", type=int, default=8)
+    s.add_argument("--workers", type=int, default=8, help="simulated workers (default 8)")
     s.add_argument("--slow-factor", type=float, default=10.0, help="straggler slowness")
-    s.add_argument("--updates", type=int, default=1000)
-    s.add_argument("--lr", type=float, default=0.5)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--momentum", type=float, default=0.0)
+    s.add_argument("--updates", type=int, default=1000, help="updates to apply (default 1000)")
+    s.add_argument("--lr", type=float, default=0.5, help="learning rate (default 0.5)")
+    s.add_argument("--seed", type=int, default=0, help="seed of speeds and minibatches")
+    s.add_argument("--momentum", type=float, default=0.0, help="server momentum (default 0)")
     s.add_argument("--bound", type=int, default=8, help="max staleness (bounded-* policies)")
     s.add_argument("--lam", type=float, default=1.0, help="DC-ASGD lambda (dc policy)")
     s.set_defaults(func=_simulate)

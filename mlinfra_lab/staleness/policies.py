@@ -107,8 +107,8 @@ class Async(Policy):
 class Sync(Policy):
     """Synchronous data parallelism: average all workers' gradients of the same version."""
 
-    max_staleness: int | None = field(default=0, init=False)
-    mode: str = field(default="wait", init=False)
+    max_staleness: int | None = field(default=0, init=False, repr=False)
+    mode: str = field(default="wait", init=False, repr=False)
 
     def scale(self, staleness: int) -> float:
         return 1.0
