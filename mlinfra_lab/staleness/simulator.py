@@ -324,10 +324,10 @@ def _run(
                 for u in group:
                     held.remove(u)
                 apply(group, [policy.scale(version - pulled_v[u]) for u in group], now)
-        if bar is not None and version % 200 == 0:
-            bar.n = version
-            bar.refresh()
+        if bar is not None and version - bar.n >= 200:
+            bar.update(version - bar.n)
     if bar is not None:
+        bar.update(version - bar.n)
         bar.close()
 
     return SimResult(
