@@ -114,9 +114,12 @@ class SimResult:
 
     @property
     def discarded_fraction(self) -> np.ndarray:
-        """(n,) share of each worker's compute that the policy discarded (dropped or scaled)."""
-        total = np.maximum(self.compute_time, 1e-12)
-        return 1.0 - self.useful_compute / total
+        """(n,) share of each worker's compute that the policy discarded (dropped or scaled);
+        NaN for a worker that finished no gradient."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(
+                self.compute_time > 0, 1.0 - self.useful_compute / self.compute_time, np.nan
+            )
 
     def summary(self) -> dict:
         """JSON-ready summary: the config and the headline numbers."""
