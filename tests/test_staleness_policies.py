@@ -58,3 +58,18 @@ def test_steeper_weighting_discards_more_straggler_compute():
         discarded.append(r.discarded_fraction[0])
     assert discarded[0] == pytest.approx(0.0)
     assert np.all(np.diff(discarded) > 0) and discarded[-1] > 0.99
+
+
+def test_momentum_corrected_for_asynchrony_beats_naive_momentum():
+    # 8 workers add implicit momentum 1 - 1/8; explicit 0.9 on top overshoots.
+    problem, speeds = st.logreg_problem(), st.WorkerSpeeds.lognormal(8, 0.3)
+    mu = st.corrected_momentum(0.9, mean_staleness=7)
+
+    def late_loss(momentum):  # mean loss over the last 100 updates, averaged over the seeds
+        runs = [
+            st.simulate(problem, speeds, st.Async(), 300, 0.5, s, momentum=momentum, eval_every=10)
+            for s in SEEDS
+        ]
+        return float(np.mean([r.loss[-10:].mean() for r in runs]))
+
+    assert late_loss(mu) <= 0.8 * late_loss(0.9)
