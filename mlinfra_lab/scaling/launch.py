@@ -13,9 +13,10 @@ Design decisions:
   exactly as under torchrun (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), so the same
   worker runs under a cluster's launcher (`python -m mlinfra_lab.scaling.harness`).
 - Each rank writes a heartbeat (step, phase, time) into shared memory at every phase. A
-  hung collective blocks every rank, so "who stopped" is the rank whose last heartbeat is
-  oldest; the process group's own timeout is set longer than ours, so our message (with
-  the rank, its step and phase) wins over gloo's anonymous one.
+  lost rank blocks the others inside their next collective, further along than itself, so
+  "who stopped" is the least advanced rank (then the first to go silent); the process
+  group's own timeout is set longer than ours, so our message (with the rank, its step
+  and phase) wins over gloo's anonymous one.
 - Each rank uses one intra-op thread: N ranks on a few cores must not each spawn a pool.
 """
 
@@ -172,11 +173,13 @@ def _watch(procs: list[Any], beats: Any, timeout_s: float, total_steps: int,
                     f"see its traceback above. The other ranks were stopped.")
             last = [beats[3 * r + 2] or start for r in range(nproc)]
             if time.time() - max(last) > timeout_s:
-                lost = min(range(nproc), key=lambda r: last[r])
+                # The others wait for it inside a collective, further along: the lost rank
+                # is the least advanced (step, phase), and of those the first to go silent.
+                lost = min(range(nproc), key=lambda r: (beats[3 * r], beats[3 * r + 1], last[r]))
                 raise RankLostError(
                     f"rank {lost} stopped responding {_describe(beats, lost)}: no rank made "
-                    f"progress for {timeout_s:g} s and rank {lost} was the first to go "
-                    f"silent. Check that host/process (or raise the timeout).")
+                    f"progress for {timeout_s:g} s and rank {lost} is the least advanced. "
+                    f"Check that host/process (or raise the timeout).")
             done = int(min(beats[3 * r] for r in range(nproc)))
             bar.update(max(0, min(done, total_steps) - bar.n))
             time.sleep(0.05)
