@@ -99,7 +99,7 @@ def _flaky(args: argparse.Namespace) -> int:
         )
     else:
         target = args.target
-    report = detect_flaky(target, runs=args.runs, atol=args.atol)
+    report = detect_flaky(target, runs=args.runs, atol=args.atol, progress=True)
     print(report)
     return 1 if report.flaky else 0
 
@@ -109,7 +109,7 @@ def _bisect(args: argparse.Namespace) -> int:
     from mlinfra_lab.ci.train import TrainConfig
 
     config = TrainConfig(seed=args.seed, augment_seed=args.augment_seed)
-    report = find_unseeded_source(config, runs=args.runs)
+    report = find_unseeded_source(config, runs=args.runs, progress=True)
     print(report)
     return 0 if report.culprit is None else 1
 

@@ -160,8 +160,28 @@ def _pytest_command(node_id: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node_id]
 
 
+def _collect(proc: subprocess.Popen, out: Path, is_pytest: bool, timeout: float) -> RunOutcome:
+    """Wait for one fresh process and turn what it left into a `RunOutcome`."""
+    try:
+        text, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return RunOutcome(False, None, f"timed out after {timeout:g} s")
+    last = text.strip().splitlines()[-1] if text.strip() else ""
+    if is_pytest:
+        return RunOutcome(proc.returncode == 0, None, last)
+    if out.exists():
+        return RunOutcome(**pickle.loads(out.read_bytes()))
+    return RunOutcome(False, None, f"worker crashed: {last}")
+
+
 def _run_fresh(
-    target: str | Callable[[], Any], runs: int, cwd: Path, timeout: float
+    target: str | Callable[[], Any],
+    runs: int,
+    cwd: Path,
+    timeout: float,
+    done: Callable[[], None],
 ) -> list[RunOutcome]:
     """Start all runs as fresh processes (a few at a time), collect their outcomes."""
     parallel = max(1, min(runs, os.cpu_count() or 1))
@@ -186,21 +206,8 @@ def _run_fresh(
                 )
                 procs.append((proc, out))
             for proc, out in procs:
-                try:
-                    text, _ = proc.communicate(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.communicate()
-                    outcomes.append(RunOutcome(False, None, f"timed out after {timeout:g} s"))
-                    continue
-                if isinstance(target, str):
-                    last = text.strip().splitlines()[-1] if text.strip() else ""
-                    outcomes.append(RunOutcome(proc.returncode == 0, None, last))
-                elif out.exists():
-                    outcomes.append(RunOutcome(**pickle.loads(out.read_bytes())))
-                else:
-                    tail = text.strip().splitlines()[-1] if text.strip() else ""
-                    outcomes.append(RunOutcome(False, None, f"worker crashed: {tail}"))
+                outcomes.append(_collect(proc, out, isinstance(target, str), timeout))
+                done()
     return outcomes
 
 
@@ -213,6 +220,7 @@ def detect_flaky(
     cwd: str | Path | None = None,
     timeout: float = 300.0,
     name: str | None = None,
+    progress: bool = False,
 ) -> FlakyReport:
     """Run `target` `runs` times with the same seed; report whether the runs agree.
 
@@ -220,7 +228,7 @@ def detect_flaky(
     pytest`` in `cwd`) or a zero-argument callable returning a value to compare (a
     number or a sequence of numbers are compared within `atol`, anything else with
     ``==``). A callable must be picklable unless ``fresh_processes=False``. `name` labels
-    the report (default: the node id or the function's name).
+    the report (default: the node id or the function's name); `progress` draws a bar.
     """
     if runs < 2:
         raise ValueError(f"need at least 2 runs to compare, got runs={runs}")
@@ -228,17 +236,21 @@ def detect_flaky(
         name = f"{target.func.__name__}(...)"
     if name is None:
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
-    if fresh_processes:
-        outcomes = _run_fresh(target, runs, Path(cwd or os.getcwd()), timeout)
-    elif isinstance(target, str):
+    if not fresh_processes and isinstance(target, str):
         raise ValueError("a pytest node id always runs in fresh processes")
-    else:
-        outcomes = []
-        for _ in range(runs):
-            try:
-                outcomes.append(RunOutcome(True, target()))
-            except Exception as err:
-                outcomes.append(RunOutcome(False, None, f"{type(err).__name__}: {err}"))
+    from tqdm.auto import tqdm
+
+    with tqdm(total=runs, desc=f"detect_flaky {name}", unit="run", disable=not progress) as bar:
+        if fresh_processes:
+            outcomes = _run_fresh(target, runs, Path(cwd or os.getcwd()), timeout, bar.update)
+        else:
+            outcomes = []
+            for _ in range(runs):
+                try:
+                    outcomes.append(RunOutcome(True, target()))
+                except Exception as err:
+                    outcomes.append(RunOutcome(False, None, f"{type(err).__name__}: {err}"))
+                bar.update()
     return FlakyReport(str(name), tuple(outcomes), atol)
 
 
@@ -254,12 +266,14 @@ def find_unseeded_source(
     atol: float = 0.0,
     fresh_processes: bool = True,
     confirm: bool = True,
+    progress: bool = False,
 ) -> BisectReport:
     """Bisect over `sources` and name the one whose seed is not derived from the base seed.
 
     `run` is a `TrainConfig` (default: ``train_tiny`` with the bug, ``augment_seed=None``;
     sources default to ``TRAIN_SOURCES``) or any callable ``run(pinned) -> value`` that
     re-seeds every source named in `pinned` with a constant before drawing from it.
+    `progress` draws a bar over the trials (each is `runs` runs of `run`).
     """
     if run is None:
         run = TrainConfig(augment_seed=None)
@@ -276,17 +290,24 @@ def find_unseeded_source(
             functools.partial(run, pinned), runs, atol=atol, fresh_processes=fresh_processes
         )
         trials.append(Trial(pinned, free, report.flaky, report))
+        bar.update()
         return report.flaky
 
-    if not varies(sources):
-        return BisectReport(None, False, tuple(trials))
-    candidates = sources
-    while len(candidates) > 1:
-        half = candidates[: len(candidates) // 2]
-        candidates = half if varies(half) else candidates[len(candidates) // 2 :]
-    culprit = candidates[0]
-    confirmed = False
-    if confirm:
-        others = tuple(s for s in sources if s != culprit)
-        confirmed = not varies(others)
+    from tqdm.auto import tqdm
+
+    most = 1 + math.ceil(math.log2(len(sources))) + int(confirm)  # baseline, halvings, confirm
+    bar = tqdm(total=most, desc="find_unseeded_source", unit="trial", disable=not progress)
+
+    with bar:
+        if not varies(sources):
+            return BisectReport(None, False, tuple(trials))
+        candidates = sources
+        while len(candidates) > 1:
+            half = candidates[: len(candidates) // 2]
+            candidates = half if varies(half) else candidates[len(candidates) // 2 :]
+        culprit = candidates[0]
+        confirmed = False
+        if confirm:
+            others = tuple(s for s in sources if s != culprit)
+            confirmed = not varies(others)
     return BisectReport(culprit, confirmed, tuple(trials))
