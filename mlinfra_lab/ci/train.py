@@ -6,8 +6,10 @@ data-augmentation step that owns its own random generator, logs the loss of ever
 (given ``out_dir``) writes ``checkpoint.pt``, ``metrics.json`` and ``manifest.json``.
 
 Design decisions:
-- It is the course text's worked example, on purpose small (about 10 ms per run on a
-  laptop CPU) so that CI can run it on every commit and several times in fresh processes.
+- It is the course text's worked example, on purpose small (a fraction of a second per run
+  on a CPU) so that CI can run it on every commit and several times in fresh processes. A
+  fresh process costs more, about 5 s on 2 cores: importing torch, and torch's lazy import
+  of ``torch._dynamo`` at the first optimizer step (``mlinfra-lab bench ci`` measures it).
 - It draws from four random sources, each a realistic place for a seed to go missing:
   ``python`` (``random.shuffle`` of the example order), ``numpy`` (the synthetic data set),
   ``torch`` (weight init and dropout) and ``augment`` (input jitter from the augmentation's
