@@ -11,6 +11,7 @@ Design decisions:
 - Names are compared in their PEP 503 normal form (``Jinja2`` == ``jinja2``,
   ``typing_extensions`` == ``typing-extensions``); versions are compared as strings,
   exactly (a lock pins, it does not range).
+- The installers (pip, setuptools, wheel) and the project itself are not locked.
 - Packages installed but absent from the lock are reported as ``extra``, not as failures:
   CI fails on drift of what the project pinned, and ``make lock`` adds the newcomers.
 - A line that does not parse raises `LockfileError` naming the file and the line: a
@@ -38,8 +39,9 @@ __all__ = [
 ]
 
 _LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#]+)\s*(#.*)?$")
-# The project itself (installed editable) is what is under test, not a dependency.
-_SKIP = {"mlinfra-lab"}
+# Not locked: the project itself (installed editable: it is what is under test) and the
+# installers (pip upgrades itself in `make setup`; pip-tools calls these "unsafe" too).
+_SKIP = {"mlinfra-lab", "pip", "setuptools", "wheel"}
 
 
 class LockfileError(ValueError):
