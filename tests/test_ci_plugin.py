@@ -108,6 +108,21 @@ def test_update_references_option_sets_the_reason_for_the_run_only(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
+def test_automatic_reruns_are_refused(pytester):
+    # Stand-in for pytest-rerunfailures (not installed here): a conftest adding --reruns.
+    pytester.makeconftest(
+        """
+        def pytest_addoption(parser):
+            parser.addoption("--reruns", type=int, default=0)
+        """
+    )
+    pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
+    assert pytester.runpytest("-p", "no:cacheprovider").ret == pytest.ExitCode.OK
+    result = pytester.runpytest("-p", "no:cacheprovider", "--reruns", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*automatic re-runs are off in this project*"])
+
+
 def test_lock_round_trip_and_drift_is_reported(tmp_path):
     lock = tmp_path / "requirements.lock"
     count = write_lockfile(lock)
