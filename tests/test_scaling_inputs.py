@@ -64,6 +64,22 @@ def test_missing_result_file_and_cli_report_one_line(tmp_path, capsys):
     assert "bad.json" in err and err.count("\n") == 1
 
 
+def test_profile_command_rejects_a_bad_fault_in_one_line(tmp_path, capsys):
+    assert main(["scaling", "profile", "--inject", "straggler:rank=1",
+                 "--out", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert "misses ms" in err and err.count("\n") == 1
+
+
+def test_loader_alone_scales_with_private_sources_not_with_a_shared_one():
+    from mlinfra_lab.scaling import shared_source_bench
+
+    shared = shared_source_bench([1, 4], batches=3, ms_per_batch=20.0)
+    private = shared_source_bench([1, 4], batches=3, ms_per_batch=20.0, shared=False)
+    assert shared[1]["aggregate_samples_per_s"] < 1.5 * shared[0]["aggregate_samples_per_s"]
+    assert private[1]["aggregate_samples_per_s"] > 2.5 * private[0]["aggregate_samples_per_s"]
+
+
 def test_diagnose_on_synthetic_runs_names_communication(tmp_path, capsys):
     small, large = fake_run(2, 100, 10), fake_run(8, 200, 110)
     d = diagnose(small, large)

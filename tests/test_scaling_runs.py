@@ -102,6 +102,13 @@ def test_lost_rank_times_out_naming_it_and_oversubscription_warns(monkeypatch):
             profile(config, 2, show_progress=False)
 
 
+def test_dead_rank_is_named_with_its_exit_code():
+    config = RunConfig(steps=3, warmup=0, timeout_s=30).with_faults(
+        "lost_rank:rank=1,step=1,exit=1")
+    with pytest.raises(RankLostError, match=r"rank 1 exited with code 3 at step 1"):
+        profile(config, 2, show_progress=False)
+
+
 def test_allreduce_bench_sums_and_reports_busbw():
     rows = run_allreduce_bench(2, [1024, 64 * 1024, 1024 * 1024], iters=3,
                                show_progress=False)

@@ -38,7 +38,7 @@ FAULT_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "small_batch": (("global",), ()),  # global batch held at G: per-rank batch = G / world
     "no_overlap": ((), ()),  # one bucket, reduced after the whole backward pass
     "slow_transport": (("mbps",), ()),  # all-reduce capped at X megabits/s per rank
-    "lost_rank": (("rank",), ("step",)),  # rank R stops answering at step S (tests timeouts)
+    "lost_rank": (("rank",), ("step", "exit")),  # rank R hangs (exit=1: dies) at step S
 }
 
 
@@ -102,7 +102,7 @@ def _example(kind: str) -> str:
         "slow_data": "slow_data:ms=40",
         "small_batch": "small_batch:global=8",
         "slow_transport": "slow_transport:mbps=100",
-        "lost_rank": "lost_rank:rank=1,step=2",
+        "lost_rank": "lost_rank:rank=1,step=2 or lost_rank:rank=1,step=2,exit=1",
     }.get(kind, kind)
 
 

@@ -244,6 +244,8 @@ def run_rank(config: RunConfig, out_trace: str | None = None,
         for step in range(total):
             beat(step, PHASE_CODES["data"])
             if step == lost_step:
+                if lost.get("exit", 0.0):
+                    os._exit(3)  # the lost rank dies, as a crashed node does
                 time.sleep(10**6)  # the lost rank: alive but silent, as a hung node is
             wall0 = time.perf_counter()
             m0 = clock.mark()

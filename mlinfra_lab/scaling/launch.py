@@ -167,7 +167,8 @@ def _watch(procs: list[Any], beats: Any, timeout_s: float, total_steps: int,
                 return
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
-                first = min(failed, key=lambda r: beats[3 * r + 2])
+                first = min(failed, key=lambda r: (beats[3 * r], beats[3 * r + 1],
+                                                   beats[3 * r + 2]))
                 raise RankLostError(
                     f"rank {first} exited with code {codes[first]} {_describe(beats, first)}; "
                     f"see its traceback above. The other ranks were stopped.")
