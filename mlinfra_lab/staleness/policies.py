@@ -25,7 +25,9 @@ The policies (one small frozen dataclass each, composed by the simulator):
 Momentum is the simulator's ``momentum`` argument; `theory.corrected_momentum` gives the
 explicit momentum that accounts for the implicit momentum asynchrony adds.
 
-Caveats: the weight functions are called once per update, in Python; keep them cheap.
+Caveats: the weight functions are called once per update, in Python; keep them cheap. With n
+workers, asynchronous staleness averages n - 1, so a "wait" bound below n - 1 turns much of a
+run into synchronous rounds (correct, and slow: the chapter shows it).
 """
 
 from __future__ import annotations
