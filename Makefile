@@ -16,7 +16,6 @@ STAMP    := $(VENV)/.installed
 TORCH_CPU_PIN ?= torch==2.13.0
 HAS_GPU  := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 PYTEST   := $(BIN)/python -m pytest
-export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
