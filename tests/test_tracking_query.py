@@ -127,3 +127,16 @@ def test_search_across_projects_and_plans_use_indexes(populated):
     if populated.engine.dialect.name != "sqlite":
         return  # PostgreSQL picks sequential scans on tiny tables; its plans depend on statistics
     assert "ix_latest_metrics_key_value_run_id" in plan and "ix_tags_key_value_run_id" in plan, plan
+
+
+@pytest.mark.parametrize("plan", ["in", "exists"])
+def test_both_plans_return_the_same_runs(populated, plan, monkeypatch):
+    """Materialized IN-subqueries and per-run EXISTS probes are two plans of one query."""
+    cases = ["metrics.val_acc > 0.85 and params.optimizer = 'adam'", "params.optimizer like 'adam%' and tags.team = 'vision'",
+             "params.lr in (0.001, 0.01) and tags.team != 'speech'", "params.optimizer not in ('sgd') and metrics.loss < 0.2"]
+    want = [{r.name for r in populated.search_runs("p", c)} for c in cases]
+    monkeypatch.setattr(type(populated), "_plan_choice", lambda self, conn, pred, limit: plan)
+    got = [{r.name for r in populated.search_runs("p", c)} for c in cases]
+    assert got == want
+    if plan == "exists" and populated.engine.dialect.name == "sqlite":
+        assert any("CORRELATED" in line for line in populated.explain_search("p", cases[0]))

@@ -29,7 +29,13 @@ Design decisions:
   above, an operator one of the tokens above, and a value becomes a bound parameter. A
   filter written to inject SQL (``x' or 1=1 --``) is simply not in the grammar.
 - Each metric/param/tag comparison becomes ``runs.id IN (SELECT run_id FROM latest_metrics
-  WHERE key = ? AND value > ?)``: an index range scan on ``(key, value, run_id)``.
+  WHERE key = ? AND value > ?)``: an index range scan on ``(key, value, run_id)`` whose
+  result the database materializes. That is the right plan when few runs match and the
+  wrong one when most do (materializing 40,000 ids to return the newest 100). So a
+  top-level conjunct can instead become a correlated ``EXISTS`` probe by primary key,
+  evaluated only on the runs the scan in creation order reaches; the store picks per
+  conjunct from a count capped at a few thousand rows (`TrackingStore.search_runs`).
+- ``like 'prefix%'`` adds a range on the prefix, so the value index narrows it.
   Hot params (`schema.HOT_PARAMS`) compare the indexed column on `runs` directly.
 - A run without the metric does not match a comparison on it (like SQL NULL), and does
   match its negation with ``not``.
@@ -39,16 +45,17 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, not_, or_, select
+from sqlalchemy import ColumnElement, and_, exists, not_, or_, select
 
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import QueryError
 
-__all__ = ["compile_filter", "compile_order_by", "tokenize"]
+__all__ = ["Pred", "compile_filter", "compile_order_by", "tokenize"]
 
 _TOKEN = re.compile(
     r"""(?P<ws>\s+)
@@ -108,6 +115,7 @@ class _Parser:
     def __init__(self, text: str, now: float):
         self.text, self.now = text, now
         self.toks, self.i = tokenize(text), 0
+        self.preds: dict[int, Pred] = {}  # id(IN-form expression) -> its predicate
 
     # -- token helpers -------------------------------------------------------------
     @property
@@ -132,25 +140,28 @@ class _Parser:
         return False
 
     # -- grammar -------------------------------------------------------------------
-    def parse(self) -> ColumnElement[bool]:
+    def parse(self) -> list[ColumnElement[bool]]:
+        """The filter's top-level conjuncts (one element when the top level is an 'or')."""
         if self.tok.kind == "end":
             self.error("empty filter: expected a comparison such as metrics.acc > 0.9")
-        expr = self.expr()
+        groups = [self.and_parts()]
+        while self.keyword("or"):
+            groups.append(self.and_parts())
         if self.tok.kind != "end":
             self.error("expected 'and', 'or' or the end of the filter")
-        return expr
+        return groups[0] if len(groups) == 1 else [or_(*(_and(g) for g in groups))]
 
     def expr(self) -> ColumnElement[bool]:
-        parts = [self.and_expr()]
+        parts = [_and(self.and_parts())]
         while self.keyword("or"):
-            parts.append(self.and_expr())
+            parts.append(_and(self.and_parts()))
         return parts[0] if len(parts) == 1 else or_(*parts)
 
-    def and_expr(self) -> ColumnElement[bool]:
+    def and_parts(self) -> list[ColumnElement[bool]]:
         parts = [self.unary()]
         while self.keyword("and"):
             parts.append(self.unary())
-        return parts[0] if len(parts) == 1 else and_(*parts)
+        return parts
 
     def unary(self) -> ColumnElement[bool]:
         if self.keyword("not"):
@@ -229,23 +240,28 @@ class _Parser:
                 self.error("expected ',' or ')' in the list")
             if len({type(v) for v in values}) > 1:
                 self.error("mix of numbers and strings in an 'in' list", self.toks[self.i - 2])
-            expr = _column_test(f, lambda col, _v=values: col.in_(_v), values[0])
+            test, sample = (lambda col, _v=values: col.in_(_v)), values[0]
         elif self.keyword("like"):
             tok = self.tok
             v = self.value(f)
             if not isinstance(v, str) or f.kind == "metrics":
                 self.error("'like' needs a string field and a quoted pattern such as \"res%\"", tok)
-            expr = _column_test(f, lambda col, _v=v: col.like(_v), v)
+            test, sample = _like_test(v), v
         elif negate:
             self.error("expected 'in' or 'like' after 'not'")
         elif self.tok.kind == "op":
             op = _OPS[self.tok.text]
             self.i += 1
             v = self.value(f)
-            expr = _column_test(f, lambda col, _v=v: op(col, _v), v)
+            test, sample = (lambda col, _v=v: op(col, _v)), v
         else:
             self.error("expected an operator (= != < <= > >=), 'in' or 'like'")
-        return not_(expr) if negate else expr
+        expr = _column_test(f, test, sample)
+        if negate:
+            return not_(expr)
+        if f.kind != "attr" and not (f.kind == "params" and isinstance(sample, float) and f.key in S.HOT_PARAMS):
+            self.preds[id(expr)] = Pred(f, test, sample)
+        return expr
 
 
 def _column_test(f: Field, test, sample: Any) -> ColumnElement[bool]:
@@ -253,25 +269,77 @@ def _column_test(f: Field, test, sample: Any) -> ColumnElement[bool]:
     runs = S.runs
     if f.kind == "attr":
         return test(runs.c[f.key])
-    if f.kind == "metrics":
-        t = S.latest_metrics
-        return runs.c.id.in_(select(t.c.run_id).where(t.c.key == f.key, test(t.c.value)))
-    if f.kind == "tags":
-        t = S.tags
-        return runs.c.id.in_(select(t.c.run_id).where(t.c.key == f.key, test(t.c.value)))
-    numeric = isinstance(sample, float)
-    if numeric and f.key in S.HOT_PARAMS:
+    if f.kind == "params" and isinstance(sample, float) and f.key in S.HOT_PARAMS:
         return test(runs.c[S.HOT_PARAMS[f.key]])
-    t = S.params
-    col = t.c.value_num if numeric else t.c.value_str
-    return runs.c.id.in_(select(t.c.run_id).where(t.c.key == f.key, test(col)))
+    return runs.c.id.in_(Pred(f, test, sample).matches())
 
 
-def compile_filter(text: str | None, now: float) -> ColumnElement[bool] | None:
-    """Parse a filter string into a bound SQLAlchemy expression over `schema.runs` (None if empty)."""
+def _and(parts: list[ColumnElement[bool]]) -> ColumnElement[bool]:
+    return parts[0] if len(parts) == 1 else and_(*parts)
+
+
+def _like_test(pattern: str):
+    """LIKE, plus a range on the literal prefix so that an index on the value can be used."""
+    prefix = re.split(r"[%_]", pattern, maxsplit=1)[0]
+    if not prefix:
+        return lambda col: col.like(pattern)
+    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return lambda col: and_(col >= prefix, col < upper, col.like(pattern))
+
+
+@dataclass(frozen=True)
+class Pred:
+    """One comparison on a metric, param or tag: rendered as an IN-subquery or as an EXISTS probe."""
+
+    field: Field
+    test: Callable[[Any], ColumnElement[bool]]
+    sample: Any  # a value of the comparison, for its type
+
+    def table_and_column(self):
+        t = {"metrics": S.latest_metrics, "tags": S.tags, "params": S.params}[self.field.kind]
+        if self.field.kind == "params":
+            return t, (t.c.value_num if isinstance(self.sample, float) else t.c.value_str)
+        return t, t.c.value
+
+    def matches(self):
+        """SELECT run_id of the rows that satisfy the comparison (uses the (key, value) index)."""
+        t, col = self.table_and_column()
+        return select(t.c.run_id).where(t.c.key == self.field.key, self.test(col))
+
+    def exists(self) -> ColumnElement[bool]:
+        """Correlated probe by primary key (run_id, key): cheap per run, no materialization.
+
+        The value is wrapped (``value + 0``, ``value || ''``) so the planner probes the
+        primary key instead of range-scanning the (key, value) index once per run.
+        """
+        t, col = self.table_and_column()
+        opaque = col + 0 if isinstance(self.sample, float) else col.concat("")
+        return exists().where(t.c.run_id == S.runs.c.id, t.c.key == self.field.key, self.test(opaque))
+
+
+def compile_filter(text: str | None, now: float,
+                   choose: Callable[[Pred], str] | None = None) -> ColumnElement[bool] | None:  # fmt: skip
+    """Parse a filter string into a bound SQLAlchemy expression over `schema.runs` (None if empty).
+
+    `choose(pred)` may pick, for each top-level conjunct on a metric, param or tag,
+    ``"in"`` (materialize the matching run ids: best when few runs match) or ``"exists"``
+    (probe each candidate run: best when most runs match); the store decides from a capped
+    count. Without it every comparison is an IN-subquery. IN-subqueries are placed first.
+    """
     if text is None or not text.strip():
         return None
-    return _Parser(text, now).parse()
+    parser = _Parser(text, now)
+    conjuncts = parser.parse()
+    if choose is None:
+        return _and(conjuncts)
+    first, later = [], []
+    for c in conjuncts:
+        pred = parser.preds.get(id(c))
+        if pred is not None and choose(pred) == "exists":
+            later.append(pred.exists())
+        else:
+            first.append(c)
+    return _and(first + later)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import functools
 import getpass
 import hashlib
 import io
+import math
 import os
 import time
 import uuid
@@ -75,6 +76,9 @@ def _number(v: Any) -> float | None:
         return float(v)
     except (TypeError, ValueError):
         return None
+
+
+PROBE_COST = 20  # cost of probing one run by primary key / materializing one matching id (measured)
 
 
 class TrackingStore:
@@ -345,7 +349,7 @@ class TrackingStore:
         names = dict(conn.execute(select(S.projects.c.id, S.projects.c.name).where(S.projects.c.id.in_(pids))).all())
         r = S.runs
         stmt = select(r).where(r.c.project_id == pids[0] if len(pids) == 1 else r.c.project_id.in_(pids))
-        cond = query.compile_filter(filter, time.time())
+        cond = query.compile_filter(filter, time.time(), choose=lambda pred: self._plan_choice(conn, pred, limit))
         if cond is not None:
             stmt = stmt.where(cond)
         for i, key in enumerate(query.compile_order_by(order_by)):
@@ -358,6 +362,20 @@ class TrackingStore:
                 col = t.c.value if f.kind == "metrics" else t.c.value_num
             stmt = stmt.order_by((col.desc() if key.descending else col.asc()).nulls_last())
         return stmt.order_by(r.c.created_at.desc(), r.c.id.desc()).limit(limit), names
+
+    def _plan_choice(self, conn: Connection, pred: query.Pred, limit: int) -> str:
+        """"in" (materialize matches) or "exists" (probe runs in creation order) for one conjunct.
+
+        Materializing costs about one unit per matching row; probing about `PROBE_COST`
+        units per run scanned, and the scan needs about ``limit * runs / matches`` runs.
+        Probing wins when ``matches > sqrt(PROBE_COST * limit * runs)``; the count stops
+        at that threshold, so the estimate never costs more than the cheaper plan.
+        """
+        runs = conn.execute(select(func.max(S.runs.c.id))).scalar() or 1  # upper bound, O(1)
+        threshold = int(math.sqrt(PROBE_COST * limit * runs)) + 1
+        capped = pred.matches().limit(threshold).subquery()
+        n = conn.execute(select(func.count()).select_from(capped)).scalar()
+        return "in" if n < threshold else "exists"
 
     def search_runs(self, project: str | Sequence[str] | None, filter: str | None = None,
                     order_by: str | None = None, limit: int = 100,
