@@ -183,3 +183,14 @@ def test_committed_h200_results_parse():
     for batch in (8, 64, 512):
         run = load_run(results / f"h200-scaling-1gpu-b{batch}.json")
         assert run.rank_batch == batch and run.data["backend"] == "nccl"
+
+
+def test_two_rank_straggler_is_scored_against_the_other_rank():
+    run = fake_run(2, 100, 10)
+    slow = json.loads(json.dumps(run["ranks"][1]))
+    for step in slow["steps"]:
+        step["forward"] *= 3  # forward + backward: 33.3 + 56.7 ms -> 100 + 56.7 ms
+    run["ranks"][1] = slow
+    scores = load_run(run).straggler_scores()
+    assert scores[0] == pytest.approx(1.0)
+    assert scores[1] == pytest.approx(156.67 / 90, rel=1e-3)

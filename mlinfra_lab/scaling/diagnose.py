@@ -135,9 +135,9 @@ def _facts(run: RunResult) -> dict[str, Any]:
 
 
 def _skew(run: RunResult) -> float:
-    """Slowest rank's median data wait minus the median rank's (s)."""
+    """Slowest rank's median data wait minus the typical (lower-median) rank's (s)."""
     waits = sorted(r["data_wait"] for r in run.rank_medians())
-    return waits[-1] - waits[len(waits) // 2]
+    return waits[-1] - waits[(len(waits) - 1) // 2]
 
 
 def diagnose(small_run: Any, large_run: Any, nccl_log: str | NcclTransport | None = None,
@@ -162,7 +162,7 @@ def diagnose(small_run: Any, large_run: Any, nccl_log: str | NcclTransport | Non
 
     # Straggler (step 4): the slowest rank's extra compute over the median rank.
     def excess(f: dict[str, Any]) -> float:
-        mid = sorted(f["rank_compute"])[len(f["rank_compute"]) // 2]
+        mid = sorted(f["rank_compute"])[(len(f["rank_compute"]) - 1) // 2]  # lower median
         return max(f["rank_compute"]) - mid
 
     worst = max(range(large.world_size), key=lambda r: lg["scores"][r])

@@ -110,9 +110,13 @@ class RunResult:
         return out
 
     def straggler_scores(self) -> list[float]:
-        """Each rank's compute time over the median rank's: 1.0 is typical, 2.0 twice as slow."""
+        """Each rank's compute time over the typical rank's: 1.0 is typical, 2.0 twice as slow.
+
+        The typical rank is the lower median, so that with two ranks a straggler is compared
+        with the other rank, not with the mean of itself and the other.
+        """
         compute = self.compute_per_rank()
-        mid = _median(compute)
+        mid = sorted(compute)[(len(compute) - 1) // 2]
         return [c / mid if mid > 0 else 1.0 for c in compute]
 
     def busbw(self) -> float | None:
