@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,77 +44,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mlinfra_lab.scaling.config import RunConfig
 from mlinfra_lab.scaling.results import SCHEMA
+from mlinfra_lab.scaling.workload import SyntheticBatches, build_model, shared_lock_path
 
-__all__ = ["build_model", "environment", "run_rank"]
+__all__ = ["assemble", "environment", "main", "resolve_backend", "run_rank"]
 
 Heartbeat = Callable[[int, int], None]  # (step, phase index) -> None
 PHASE_CODES = {"data": 0, "forward": 1, "backward": 2, "optimizer": 3, "done": 4}
-
-
-class _EmulatedDevice(torch.autograd.Function):
-    """Identity whose forward sleeps `seconds` and backward twice that: accelerator time."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, seconds: float) -> torch.Tensor:
-        ctx.seconds = seconds
-        if seconds > 0:
-            time.sleep(seconds)
-        return x
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        if ctx.seconds > 0:
-            time.sleep(2 * ctx.seconds)
-        return grad, None
-
-
-class _Layer(nn.Module):
-    def __init__(self, hidden: int, overhead_ms: float, us_per_sample: float) -> None:
-        super().__init__()
-        self.linear = nn.Linear(hidden, hidden)
-        self.overhead_s, self.per_sample_s = overhead_ms / 1e3, us_per_sample / 1e6
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, hidden)
-        x = torch.relu(self.linear(x))
-        seconds = self.overhead_s + self.per_sample_s * x.shape[0]
-        return _EmulatedDevice.apply(x, seconds) if seconds > 0 else x
-
-
-def build_model(config: RunConfig) -> nn.Module:
-    """The course's model: `layers` x (Linear(hidden, hidden) + ReLU + emulated device time)."""
-    torch.manual_seed(config.seed)
-    return nn.Sequential(
-        *[
-            _Layer(config.hidden, config.device_overhead_ms, config.device_us_per_sample)
-            for _ in range(config.layers)
-        ]
-    )
-
-
-class _Batches(torch.utils.data.Dataset):
-    """Synthetic regression batches, deterministic per (seed, rank, index).
-
-    Under ``slow_data`` every read holds one lock file shared by all ranks of the host for
-    `delay_s`: a single-process source that serialises its readers.
-    """
-
-    def __init__(self, n: int, batch: int, hidden: int, seed: int, rank: int,
-                 delay_s: float, lock_path: str) -> None:
-        self.n, self.batch, self.hidden, self.seed, self.rank = n, batch, hidden, seed, rank
-        self.delay_s, self.lock_path = delay_s, lock_path
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.delay_s > 0:
-            with open(self.lock_path, "a") as fh:
-                fcntl.flock(fh, fcntl.LOCK_EX)
-                time.sleep(self.delay_s)
-                fcntl.flock(fh, fcntl.LOCK_UN)
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.rank * 7919 + i)
-        x = torch.randn(self.batch, self.hidden, generator=g)  # (B, hidden)
-        return x, torch.tanh(x.flip(1))  # a learnable target
 
 
 class _Clock:
@@ -197,11 +130,6 @@ def environment() -> dict[str, Any]:
     }
 
 
-def _lock_path() -> str:
-    tag = f"{os.environ.get('MASTER_ADDR', 'local')}-{os.environ.get('MASTER_PORT', '0')}"
-    return os.path.join(tempfile.gettempdir(), f"mlinfra-slow-data-{tag}.lock")
-
-
 def run_rank(config: RunConfig, out_trace: str | None = None,
              heartbeat: Heartbeat | None = None) -> dict[str, Any]:
     """Train on this rank and return its record: per-step phase times and loader rate."""
@@ -225,8 +153,9 @@ def run_rank(config: RunConfig, out_trace: str | None = None,
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
 
     total = config.warmup + config.steps
-    data = _Batches(total + config.loader_probe_batches, batch, config.hidden, config.seed,
-                    rank, slow.get("ms") / 1e3 if slow else 0.0, _lock_path())
+    data = SyntheticBatches(total + config.loader_probe_batches, batch, config.hidden,
+                            config.seed, rank, slow.get("ms") / 1e3 if slow else 0.0,
+                            shared_lock_path())
     loader = iter(torch.utils.data.DataLoader(data, batch_size=None, shuffle=False))
 
     # Step 1b: the loader alone, all ranks at once (a shared source shows its limit here).
