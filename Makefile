@@ -24,11 +24,13 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements.lock pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 ifeq ($(HAS_GPU),)
 	$(BIN)/python -m pip install -q "$(TORCH_CPU_PIN)"
+	# The CPU environment is pinned (requirements.lock, `make lock`): CI gets exactly it.
+	$(BIN)/python -m pip install -q -r requirements.lock
 endif
 	$(BIN)/python -m pip install -q -r requirements.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
