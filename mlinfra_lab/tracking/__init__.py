@@ -21,28 +21,24 @@ cache and tiered retention keep storage fast and bounded. Read the modules in th
 - ``bench``      side-by-side benchmark against MLflow (``mlinfra-lab bench tracking``)
 """
 
-from mlinfra_lab.tracking.access import Level
-from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
-from mlinfra_lab.tracking.errors import (
-    ArtifactNameError,
-    IntegrityError,
-    NotFound,
-    PermissionDenied,
-    QueryError,
-    TrackingError,
-)
-from mlinfra_lab.tracking.lineage import LineageGraph
-from mlinfra_lab.tracking.query import compile_filter
-from mlinfra_lab.tracking.records import ArtifactInfo, DatasetRef, GcReport, RunInfo
-from mlinfra_lab.tracking.retention import (
-    PlannedAction,
-    RetentionPlan,
-    RetentionPolicy,
-    RetentionRule,
-    plan_retention,
-)
-from mlinfra_lab.tracking.run import Run
-from mlinfra_lab.tracking.store import TrackingStore
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+# The public names and the module that defines each. They are imported on first use
+# (PEP 562), so `mlinfra-lab --help` does not pay for SQLAlchemy and fsspec.
+_EXPORTS = {
+    "Level": "access",
+    "ArtifactCache": "cache", "CacheStats": "cache",
+    "ArtifactNameError": "errors", "IntegrityError": "errors", "NotFound": "errors",
+    "PermissionDenied": "errors", "QueryError": "errors", "TrackingError": "errors",
+    "LineageGraph": "lineage",
+    "compile_filter": "query",
+    "ArtifactInfo": "records", "DatasetRef": "records", "GcReport": "records", "RunInfo": "records",
+    "PlannedAction": "retention", "RetentionPlan": "retention", "RetentionPolicy": "retention",
+    "RetentionRule": "retention", "plan_retention": "retention",
+    "Run": "run",
+    "TrackingStore": "store",
+}  # fmt: skip
 
 __all__ = [
     "ArtifactCache",
@@ -68,3 +64,40 @@ __all__ = [
     "compile_filter",
     "plan_retention",
 ]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(import_module(f"mlinfra_lab.tracking.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'mlinfra_lab.tracking' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the eager imports
+    from mlinfra_lab.tracking.access import Level
+    from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
+    from mlinfra_lab.tracking.errors import (
+        ArtifactNameError,
+        IntegrityError,
+        NotFound,
+        PermissionDenied,
+        QueryError,
+        TrackingError,
+    )
+    from mlinfra_lab.tracking.lineage import LineageGraph
+    from mlinfra_lab.tracking.query import compile_filter
+    from mlinfra_lab.tracking.records import ArtifactInfo, DatasetRef, GcReport, RunInfo
+    from mlinfra_lab.tracking.retention import (
+        PlannedAction,
+        RetentionPlan,
+        RetentionPolicy,
+        RetentionRule,
+        plan_retention,
+    )
+    from mlinfra_lab.tracking.run import Run
+    from mlinfra_lab.tracking.store import TrackingStore
