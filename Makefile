@@ -5,7 +5,7 @@
 #                 the book build and the browser test (what CI runs, via .ci/run)
 #   make lab      JupyterLab on the repository
 #   make lock     regenerate requirements.lock from the current CPU environment
-#   make bench-attention | bench-tracking | bench-staleness    benchmarks (JSON results)
+#   make bench-attention | bench-scaling | bench-tracking | bench-staleness   benchmarks (JSON)
 
 PYTHON   ?= python3
 VENV     ?= .venv
@@ -20,7 +20,7 @@ export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup book test unit notebooks validate browser lint lab lock check-lock clean \
-        bench-attention bench-tracking bench-staleness
+        bench-attention bench-scaling bench-tracking bench-staleness
 
 setup: $(STAMP)
 
@@ -91,3 +91,7 @@ bench-tracking: setup
 ATTN_BASELINE ?= $(if $(HAS_GPU),benchmarks/baselines/h200-attention.json)
 bench-attention: setup
 	$(BIN)/mlinfra-lab bench attention --out benchmarks/results/attention-$$(date -u +%Y-%m-%d).json $(if $(ATTN_BASELINE),--check-baseline $(ATTN_BASELINE))
+
+# Scaling: the all-reduce sweep and alpha-beta fit (gloo on a CPU, NCCL on GPUs).
+bench-scaling: setup
+	$(BIN)/mlinfra-lab bench scaling --nproc 2 --out benchmarks/results/scaling-$$(date -u +%Y-%m-%d).json
