@@ -146,3 +146,41 @@ def test_interpreter_refuses_bfloat16_with_advice():
     x = torch.zeros(1, 1, 4, 16, dtype=torch.bfloat16)
     with pytest.raises(AttentionInputError, match="float16 or float32"):
         flash_attention(x, x, x)
+
+
+# Forward kernel version 2 (tensor descriptors, scale folded into one FMA): same function.
+V2_CASES = [
+    (1, 1, 1, 1, 16, True, torch.float32),
+    (2, 3, 17, 17, 32, False, torch.float16),
+    (1, 2, 100, 100, 80, True, torch.float16),
+    (1, 1, 33, 100, 128, False, torch.float16),
+    (1, 1, 100, 17, 96, False, torch.float32),
+]
+
+
+@pytest.mark.parametrize("b,h,n_q,n_k,d,causal,dtype", V2_CASES)
+def test_flash_v2_forward_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype,
+                                                    monkeypatch):
+    _poison_allocations(monkeypatch)
+    g = torch.Generator().manual_seed(2000 * n_q + d)
+    q, k, v = (torch.randn(b, h, n, d, generator=g).to(DEVICE, dtype) for n in (n_q, n_k, n_k))
+    ours = flash_attention(q, k, v, causal=causal, version=2)
+    eager = naive_attention(q, k, v, causal=causal)
+    ref = naive_attention(q.double(), k.double(), v.double(), causal=causal)
+    _check("out (v2)", ours, eager, ref, dtype)
+
+
+def test_flash_version_switch(monkeypatch):
+    from mlinfra_lab.attention.flash import DEFAULT_VERSION, resolve_version
+
+    monkeypatch.delenv("MLINFRA_ATTENTION_KERNEL", raising=False)
+    assert resolve_version() == DEFAULT_VERSION and resolve_version(1) == 1
+    monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "v2")
+    assert resolve_version() == 2
+    with pytest.raises(AttentionInputError, match="use 1 or 2"):
+        resolve_version(3)
+    # a negative scale takes the v1 path (v2 takes the max before scaling): still correct
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 1, 20, 16, generator=g).to(DEVICE) for _ in range(3))
+    out = flash_attention(q, k, v, sm_scale=-0.3, version=2)
+    torch.testing.assert_close(out, naive_attention(q, k, v, sm_scale=-0.3), rtol=1e-4, atol=1e-4)

@@ -28,7 +28,7 @@ runtime.ensure_triton_mode()
 import triton  # noqa: E402  (after the interpreter switch, deliberately)
 import triton.language as tl  # noqa: E402
 
-__all__ = ["configs", "kernels"]
+__all__ = ["configs", "kernels", "set_descriptor_allocator"]
 
 
 
@@ -95,6 +95,93 @@ def _fwd_kernel(Q, K, V, Out, LSE, n_q, n_k, qk_scale, stride_bh_q, stride_bh_k,
     tl.store(LSE + off_bh * n_q + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < n_q)
     tl.store(Out + off_bh * stride_bh_q + offs_m[:, None] * stride_n + offs_d[None, :],
              acc.to(Out.dtype.element_ty), mask=q_mask)
+
+# ---- Forward, version 2: TMA tensor descriptors and the scale folded into one FMA ----
+# v1 (above) computes every K/V address in registers (BLOCK_N x BLOCK_D of them per tile,
+# per thread group) and scales the scores before the max, then subtracts the max: a
+# multiply and a subtract per score. v2 asks the copy engine for whole tiles through
+# 3-D tensor descriptors ``[batch*heads, seq, head_dim]`` (out-of-bounds rows and columns
+# read as zero, so sequence tails and head dims 80/96 need no load masks), and computes
+# ``exp2(qk * scale - m)`` as one FMA, taking the max on the unscaled scores (valid because
+# the launcher uses v2 only for a positive scale).
+
+
+@triton.jit
+def _fwd_inner_v2(acc, l_i, m_i, q, k_desc, v_desc, off_bh, offs_m, lo, hi, n_k, qk_scale,
+                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
+                  CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    for start_n in range(lo, hi, BLOCK_N):
+        k = k_desc.load([off_bh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # unscaled, fp32
+        if MASKED:
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            ok = offs_n[None, :] < n_k
+            if CAUSAL:
+                ok = ok & (offs_m[:, None] >= offs_n[None, :])
+            qk = tl.where(ok, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])  # one FMA per score
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = v_desc.load([off_bh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_kernel_v2(Q, K, V, Out, LSE, n_q, n_k, qk_scale, CAUSAL: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+    start_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    n_bh = tl.num_programs(1)
+    q_desc = tl.make_tensor_descriptor(Q, shape=[n_bh, n_q, HEAD_DIM],
+                                       strides=[n_q * HEAD_DIM, HEAD_DIM, 1],
+                                       block_shape=[1, BLOCK_M, BLOCK_D])
+    o_desc = tl.make_tensor_descriptor(Out, shape=[n_bh, n_q, HEAD_DIM],
+                                       strides=[n_q * HEAD_DIM, HEAD_DIM, 1],
+                                       block_shape=[1, BLOCK_M, BLOCK_D])
+    k_desc = tl.make_tensor_descriptor(K, shape=[n_bh, n_k, HEAD_DIM],
+                                       strides=[n_k * HEAD_DIM, HEAD_DIM, 1],
+                                       block_shape=[1, BLOCK_N, BLOCK_D])
+    v_desc = tl.make_tensor_descriptor(V, shape=[n_bh, n_k, HEAD_DIM],
+                                       strides=[n_k * HEAD_DIM, HEAD_DIM, 1],
+                                       block_shape=[1, BLOCK_N, BLOCK_D])
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    q = q_desc.load([off_bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, BLOCK_D)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if CAUSAL:
+        lo_masked = start_m * BLOCK_M
+        hi_masked = tl.minimum((start_m + 1) * BLOCK_M, n_k)
+    else:
+        lo_masked = n_k - n_k % BLOCK_N
+        hi_masked = n_k
+    acc, l_i, m_i = _fwd_inner_v2(acc, l_i, m_i, q, k_desc, v_desc, off_bh, offs_m, 0,
+                                  lo_masked, n_k, qk_scale, BLOCK_N, BLOCK_D, False, CAUSAL,
+                                  PRECISION)
+    acc, l_i, m_i = _fwd_inner_v2(acc, l_i, m_i, q, k_desc, v_desc, off_bh, offs_m,
+                                  lo_masked, hi_masked, n_k, qk_scale, BLOCK_N, BLOCK_D,
+                                  True, CAUSAL, PRECISION)
+    acc = acc / l_i[:, None]
+    tl.store(LSE + off_bh.to(tl.int64) * n_q + offs_m, m_i + tl.math.log2(l_i),
+             mask=offs_m < n_q)
+    o_desc.store([off_bh, start_m * BLOCK_M, 0],
+                 acc.to(Out.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_D))
+
+
+def set_descriptor_allocator() -> None:
+    """Give Triton the global-memory scratch that in-kernel tensor descriptors live in
+    (128 bytes each; `tl.make_tensor_descriptor` needs it on a GPU). Idempotent."""
+
+    def alloc(size: int, alignment: int, stream: Any) -> torch.Tensor:
+        return torch.empty(size, dtype=torch.int8, device="cuda" if torch.cuda.is_available()
+                           else "cpu")
+
+    triton.set_allocator(alloc)
+
 
 @triton.jit
 def _bwd_delta_kernel(Out, DO, DELTA, n_q, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -269,6 +356,7 @@ def kernels() -> dict[str, Any]:
     key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL"]
     return {
         "fwd": triton.autotune(fwd_cfg, key=key)(_fwd_kernel),
+        "fwd_v2": triton.autotune(fwd_cfg, key=key)(_fwd_kernel_v2),
         "delta": _bwd_delta_kernel,
         "dkdv": triton.autotune(dkdv_cfg, key=key)(_bwd_dkdv_kernel),
         "dq": triton.autotune(dq_cfg, key=key)(_bwd_dq_kernel),

@@ -40,6 +40,7 @@ from mlinfra_lab.attention.traffic import attention_flops
 
 __all__ = [
     "PROVIDERS",
+    "VERSION_PROVIDERS",
     "BaselineError",
     "BenchConfig",
     "check_baseline",
@@ -51,6 +52,7 @@ __all__ = [
 ]
 
 PROVIDERS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "eager")
+VERSION_PROVIDERS = ("ours_v1", "ours_v2")  # one forward kernel version each (for A/B runs)
 
 
 class BaselineError(ValueError):
@@ -95,10 +97,11 @@ def _provider_fn(name: str) -> Callable[..., torch.Tensor]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    if name == "ours":
+    if name in ("ours", "ours_v1", "ours_v2"):  # ours: the default forward kernel version
         from mlinfra_lab.attention.flash import flash_attention
 
-        return lambda q, k, v, causal: flash_attention(q, k, v, causal=causal)
+        version = {"ours": None, "ours_v1": 1, "ours_v2": 2}[name]
+        return lambda q, k, v, causal: flash_attention(q, k, v, causal=causal, version=version)
     if name == "eager":
         from mlinfra_lab.attention.reference import naive_attention
 
@@ -166,7 +169,7 @@ def _measure(name: str, shape: tuple, cfg: BenchConfig, device: str) -> list[dic
         msg = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
         return [dict(base, mode=m, ms=None, tflops=None, peak_bytes=None, error=msg)
                 for m in ("fwd", "bwd")]
-    tiles = _chosen_tiles() if name == "ours" else {}
+    tiles = _chosen_tiles(name) if name.startswith("ours") else {}
     for mode, ms in (("fwd", fwd_ms), ("bwd", bwd_ms)):
         flops = attention_flops(b, h, n, n, d, causal, mode)
         rows.append(dict(base, mode=mode, ms=ms, tflops=flops / ms * 1e-9, peak_bytes=peak,
@@ -174,13 +177,16 @@ def _measure(name: str, shape: tuple, cfg: BenchConfig, device: str) -> list[dic
     return rows
 
 
-def _chosen_tiles() -> dict[str, str]:
+def _chosen_tiles(provider: str = "ours") -> dict[str, str]:
     """The autotuner's last choice per kernel, recorded next to the time it produced."""
     from mlinfra_lab.attention._flash_kernels import kernels
+    from mlinfra_lab.attention.flash import resolve_version
 
+    version = int(provider[-1]) if provider[-1].isdigit() else resolve_version()
     k = kernels()
-    pick = {name: str(getattr(k[name], "best_config", "")) for name in ("fwd", "dkdv", "dq")}
-    return {"fwd": pick["fwd"], "bwd": f"dkdv: {pick['dkdv']}; dq: {pick['dq']}"}
+    fwd = "fwd" if version == 1 else "fwd_v2"
+    pick = {name: str(getattr(k[name], "best_config", "")) for name in (fwd, "dkdv", "dq")}
+    return {"fwd": f"v{version} {pick[fwd]}", "bwd": f"dkdv: {pick['dkdv']}; dq: {pick['dq']}"}
 
 
 def format_table(result: dict[str, Any]) -> str:

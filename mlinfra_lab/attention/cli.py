@@ -34,9 +34,10 @@ def _bench(args: argparse.Namespace) -> int:
     if args.dtype:
         overrides["dtype"] = args.dtype
     cfg = replace(cfg, **overrides)
-    unknown = set(cfg.providers) - set(bench.PROVIDERS)
+    known = bench.PROVIDERS + bench.VERSION_PROVIDERS
+    unknown = set(cfg.providers) - set(known)
     if unknown:
-        raise CommandError(f"unknown provider(s) {sorted(unknown)}; choose from {bench.PROVIDERS}")
+        raise CommandError(f"unknown provider(s) {sorted(unknown)}; choose from {known}")
     baseline = None
     if args.check_baseline:
         path = Path(args.check_baseline)
@@ -88,7 +89,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--causal", choices=("yes", "no", "both"), default="both",
                    help="causal, non-causal or both (default: both)")
     p.add_argument("--providers", type=lambda s: tuple(x for x in s.split(",") if x),
-                   help="comma-separated subset of ours,sdpa_flash,sdpa_cudnn,sdpa_efficient,eager")
+                   help="comma-separated subset of ours,sdpa_flash,sdpa_cudnn,sdpa_efficient,"
+                   "eager (ours_v1, ours_v2: one forward kernel version each)")
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
                    help="input dtype (default: bfloat16 on the GPU, float32 on the CPU)")
     p.add_argument("--cpu-sizes", action="store_true",

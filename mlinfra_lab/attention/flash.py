@@ -45,16 +45,18 @@ References: Dao, "FlashAttention-2" (2023); the Triton tutorial "Fused Attention
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import torch
 
 from mlinfra_lab import runtime
-from mlinfra_lab.attention._checks import check_kernel_inputs
+from mlinfra_lab.attention._checks import AttentionInputError, check_kernel_inputs
 
-__all__ = ["flash_attention", "flash_attention_lse"]
+__all__ = ["DEFAULT_VERSION", "flash_attention", "flash_attention_lse", "resolve_version"]
 
 LOG2E = 1.4426950408889634
+DEFAULT_VERSION = 1  # the forward kernel used when neither the call nor the env picks one
 
 
 def _kernels() -> dict[str, Any]:
@@ -71,8 +73,19 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+def resolve_version(version: int | None = None) -> int:
+    """The forward kernel version to use: ``version`` if given, else the environment's
+    ``MLINFRA_ATTENTION_KERNEL`` (1 or 2), else `DEFAULT_VERSION`."""
+    if version is None:
+        env = os.environ.get("MLINFRA_ATTENTION_KERNEL", "").strip().lstrip("v")
+        version = int(env) if env else DEFAULT_VERSION
+    if version not in (1, 2):
+        raise AttentionInputError(f"kernel version {version!r} does not exist; use 1 or 2")
+    return version
+
+
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-             sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+             sm_scale: float, version: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel; returns O and the base-2 LSE ``[B*H, Nq]`` (fp32)."""
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
@@ -82,10 +95,16 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     o = torch.empty_like(q)
     lse = torch.empty((b * h, n_q), device=q.device, dtype=torch.float32)
     grid = lambda meta: (_cdiv(n_q, meta["BLOCK_M"]), b * h)  # noqa: E731
-    _kernels()["fwd"][grid](
-        q, k, v, o, lse, n_q, n_k, sm_scale * LOG2E, n_q * d, n_k * d, d,
-        CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype),
-    )
+    common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype))
+    # v2 needs 16-byte aligned bases (the copy engine) and a positive scale (max before scale)
+    if version == 2 and sm_scale > 0 and all(t.data_ptr() % 16 == 0 for t in (q, k, v, o)):
+        from mlinfra_lab.attention._flash_kernels import set_descriptor_allocator
+
+        set_descriptor_allocator()
+        _kernels()["fwd_v2"][grid](q, k, v, o, lse, n_q, n_k, sm_scale * LOG2E, **common)
+    else:
+        _kernels()["fwd"][grid](q, k, v, o, lse, n_q, n_k, sm_scale * LOG2E, n_q * d, n_k * d,
+                                d, **common)
     return o, lse
 
 
@@ -117,9 +136,9 @@ def _cdiv(a: int, b: int) -> int:
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+                sm_scale: float, version: int) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        o, lse = _forward(q, k, v, causal, sm_scale)
+        o, lse = _forward(q, k, v, causal, sm_scale, version)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal, ctx.sm_scale = causal, sm_scale
         ctx.mark_non_differentiable(lse)
@@ -129,7 +148,7 @@ class _FlashAttention(torch.autograd.Function):
     def backward(ctx: Any, do: torch.Tensor, _dlse: torch.Tensor) -> tuple[Any, ...]:
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None
 
 
 def flash_attention_lse(
@@ -138,13 +157,14 @@ def flash_attention_lse(
     v: torch.Tensor,
     causal: bool = False,
     sm_scale: float | None = None,
+    version: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`flash_attention` that also returns the float32 row log-sum-exp ``[B, H, Nq]``
     (natural log of the scaled scores, as `tiled_attention(..., return_lse=True)`)."""
     runtime.ensure_triton_mode()  # before the first triton import, when there is no GPU
     b, h, n_q, _, d = check_kernel_inputs(q, k, v, causal, runtime.triton_interpreted())
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
-    o, lse2 = _FlashAttention.apply(q, k, v, bool(causal), scale)
+    o, lse2 = _FlashAttention.apply(q, k, v, bool(causal), scale, resolve_version(version))
     return o, (lse2 / LOG2E).view(b, h, n_q)
 
 
@@ -154,6 +174,10 @@ def flash_attention(
     v: torch.Tensor,
     causal: bool = False,
     sm_scale: float | None = None,
+    version: int | None = None,
 ) -> torch.Tensor:
-    """Fused attention (Triton), differentiable; ``[B, H, N, D]`` in, ``[B, H, Nq, D]`` out."""
-    return flash_attention_lse(q, k, v, causal, sm_scale)[0]
+    """Fused attention (Triton), differentiable; ``[B, H, N, D]`` in, ``[B, H, Nq, D]`` out.
+
+    ``version`` picks the forward kernel (1: pointer loads; 2: tensor descriptors and a
+    folded scale); None means `resolve_version()`'s default. The backward is the same."""
+    return flash_attention_lse(q, k, v, causal, sm_scale, version)[0]

@@ -1,0 +1,346 @@
+"""One GPU session's study of the kernel: correctness, v1 against v2, memory against N, tiles.
+
+Contract: ``python -m mlinfra_lab.attention.gpu_study --out DIR`` checks both forward
+kernel versions against a float64 reference on the GPU, then times them side by side
+with SDPA's flash and cuDNN backends over the benchmark sweep, records peak extra memory
+against sequence length at a fixed batch, and times the forward over a grid of
+``(BLOCK_M, BLOCK_N)`` tiles; everything goes into one JSON file (and a table on stdout).
+
+Design decisions:
+- Correctness first (METHOD.md): if any check fails, the timings are still taken but the
+  result says so, and the exit code is 1.
+- One script, one call: the lease is short, so the autotune lists are cut to the two
+  forward configs that won (or came close) in the v1 sweep and to the backward winners;
+  both versions get the same list, so the comparison is fair.
+- Rows in ``rows`` use the `bench` format (providers ``ours_v1``, ``ours_v2``,
+  ``sdpa_flash``, ``sdpa_cudnn``), so `bench.format_table` and `bench.plot_results`
+  read them. ``memory`` and ``tiles`` are separate sections.
+
+`committed_study`, `version_rows`, `plot_memory` and `plot_tiles` read and draw a committed
+result anywhere (the chapter uses them on a CPU).
+
+Caveats: the study runs on a GPU only (it refuses a CPU); numbers are for the device it
+ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["committed_study", "main", "plot_memory", "plot_tiles", "version_rows"]
+
+MEMORY_SEQS = (1024, 2048, 4096, 8192, 16384)
+TILE_CONFIGS = ((64, 32, 4, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 4, 3),
+                (128, 64, 8, 3), (128, 128, 8, 2), (256, 64, 8, 2), (256, 128, 8, 2))
+CHECK_SHAPES = ((2, 4, 1000, 1000, 128, True), (1, 4, 300, 2048, 128, False),
+                (2, 3, 257, 257, 80, False), (1, 2, 4096, 4096, 64, True),
+                (1, 2, 17, 17, 96, True))
+
+
+def _restrict_autotune() -> None:
+    """Cut the Hopper autotune lists (compile time is device time)."""
+    from mlinfra_lab.attention import _flash_kernels as fk
+
+    full = fk.configs
+
+    def restricted() -> tuple[list, list, list]:
+        fwd, dkdv, dq = full()
+        keep = [c for c in fwd if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
+                                   c.num_stages) in ((128, 64, 8, 3), (128, 128, 8, 2))]
+        return keep or fwd[:2], dkdv[1:2] or dkdv[:1], dq[1:2] or dq[:1]
+
+    fk.configs = restricted
+    fk.kernels.cache_clear()
+
+
+def _rms(x: torch.Tensor) -> float:
+    return x.double().pow(2).mean().sqrt().item()
+
+
+def _grads(fn: Any, xs: tuple[torch.Tensor, ...], do: torch.Tensor, causal: bool
+           ) -> list[torch.Tensor]:
+    leaves = [x.detach().clone().requires_grad_() for x in xs]
+    o = fn(*leaves, causal=causal)
+    o.backward(do.to(o.dtype))
+    return [o.detach()] + [x.grad for x in leaves]
+
+
+def _poisoned_grads(version: int, xs: tuple[torch.Tensor, ...], do: torch.Tensor,
+                    causal: bool) -> list[torch.Tensor]:
+    """Our outputs and gradients with every buffer the launchers allocate set to NaN first."""
+    from mlinfra_lab.attention import flash_attention
+
+    real = torch.empty_like
+
+    def poisoned(t: torch.Tensor, *a: Any, **kw: Any) -> torch.Tensor:
+        out = real(t, *a, **kw)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+
+    torch.empty_like = poisoned
+    try:
+        return _grads(lambda *x, causal: flash_attention(*x, causal=causal, version=version),
+                      xs, do, causal)
+    finally:
+        torch.empty_like = real
+
+
+def _correctness() -> list[dict[str, Any]]:
+    from mlinfra_lab.attention import naive_attention
+
+    out = []
+    for i, (b, h, n_q, n_k, d, causal) in enumerate(CHECK_SHAPES):
+        g = torch.Generator(device="cuda").manual_seed(100 + i)  # fresh inputs per shape
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", generator=g, dtype=torch.bfloat16)
+                   for n in (n_q, n_k, n_k))
+        do = torch.randn(b, h, n_q, d, device="cuda", generator=g, dtype=torch.bfloat16)
+        ref = _grads(naive_attention, (q.double(), k.double(), v.double()), do.double(), causal)
+        eager = _grads(naive_attention, (q, k, v), do, causal)
+        for version in (1, 2):
+            ours = _poisoned_grads(version, (q, k, v), do, causal)
+            for name, a, e, r in zip(("out", "dq", "dk", "dv"), ours, eager, ref, strict=True):
+                err, eager_err = _rms(a.double() - r), _rms(e.double() - r)
+                floor = 2 * torch.finfo(torch.bfloat16).eps * max(_rms(r), 1.0)
+                ok = bool(not torch.isnan(a).any() and err <= 2 * eager_err + floor)
+                out.append(dict(shape=[b, h, n_q, n_k, d, causal], version=version, tensor=name,
+                                rms_err=err, eager_rms_err=eager_err,
+                                rel_err=err / max(_rms(r), 1e-30), ok=ok))
+    return out
+
+
+def _versions(cfg: Any) -> list[dict[str, Any]]:
+    from tqdm.auto import tqdm
+
+    from mlinfra_lab.attention import bench
+
+    rows: list[dict[str, Any]] = []
+    jobs = [(p, s) for s in cfg.shapes() for p in cfg.providers]
+    for name, shape in tqdm(jobs, desc="v1 vs v2", mininterval=10):
+        rows.extend(bench._measure(name, shape, cfg, "cuda"))
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _peak(fn: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
+          backward: bool) -> int:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = fn(q, k, v)
+    if backward:
+        out.backward(do)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del out
+    q.grad = k.grad = v.grad = None
+    return int(peak)
+
+
+def _memory() -> list[dict[str, Any]]:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from mlinfra_lab.attention import flash_attention, naive_attention
+
+    def flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return sdpa(q, k, v)
+
+    fns = {"ours": flash_attention, "sdpa_flash": flash, "eager": naive_attention}
+    rows = []
+    for n in MEMORY_SEQS:
+        g = torch.Generator(device="cuda").manual_seed(n)
+        q, k, v = (torch.randn(1, 16, n, 128, device="cuda", dtype=torch.bfloat16, generator=g
+                               ).requires_grad_() for _ in range(3))
+        do = torch.randn(1, 16, n, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+        for name, fn in fns.items():
+            row: dict[str, Any] = dict(provider=name, batch=1, heads=16, seq=n, head_dim=128,
+                                       input_bytes=3 * q.numel() * 2, error=None)
+            try:
+                row["fwd_peak_bytes"] = _peak(fn, q, k, v, do, backward=False)
+                row["fwd_bwd_peak_bytes"] = _peak(fn, q, k, v, do, backward=True)
+            except (RuntimeError, torch.OutOfMemoryError) as err:
+                row.update(fwd_peak_bytes=None, fwd_bwd_peak_bytes=None,
+                           error=str(err).splitlines()[0][:200])
+            torch.cuda.empty_cache()
+            rows.append(row)
+    return rows
+
+
+def _tiles() -> list[dict[str, Any]]:
+    from triton.testing import do_bench
+
+    from mlinfra_lab.attention import _flash_kernels as fk
+    from mlinfra_lab.attention.flash import LOG2E, flash_attention
+    from mlinfra_lab.attention.traffic import attention_flops
+
+    b, h, n, d = 2, 16, 8192, 128
+    g = torch.Generator(device="cuda").manual_seed(8)
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+               for _ in range(3))
+    ref = flash_attention(q, k, v, version=1)
+    scale = d**-0.5 * LOG2E
+    flops = attention_flops(b, h, n, n, d, False, "fwd")
+    fk.set_descriptor_allocator()
+    rows = []
+    for version, kern in ((1, fk._fwd_kernel), (2, fk._fwd_kernel_v2)):
+        for bm, bn, warps, stages in TILE_CONFIGS:
+            o = torch.full_like(q, float("nan"))
+            lse = torch.empty((b * h, n), device="cuda", dtype=torch.float32)
+            extra = (n * d, n * d, d) if version == 1 else ()
+            meta = dict(CAUSAL=False, HEAD_DIM=d, BLOCK_D=d, BLOCK_M=bm, BLOCK_N=bn,
+                        PRECISION="tf32", num_warps=warps, num_stages=stages)
+            grid = (-(-n // bm), b * h)
+            row: dict[str, Any] = dict(version=version, block_m=bm, block_n=bn,
+                                       num_warps=warps, num_stages=stages, batch=b, heads=h,
+                                       seq=n, head_dim=d, causal=False, error=None)
+            try:
+                def call(o: torch.Tensor = o, lse: torch.Tensor = lse, extra: tuple = extra,
+                         meta: dict = meta, grid: tuple = grid, kern: Any = kern) -> None:
+                    kern[grid](q, k, v, o, lse, n, n, scale, *extra, **meta)
+
+                call()
+                torch.cuda.synchronize()
+                row["max_abs_diff_vs_v1"] = (o.float() - ref.float()).abs().max().item()
+                ms = float(do_bench(call, warmup=25, rep=100, return_mode="median"))
+                row.update(ms=ms, tflops=flops / ms * 1e-9)
+            except Exception as err:  # noqa: BLE001 (out of resources, compile errors: record)
+                row.update(ms=None, tflops=None, error=f"{type(err).__name__}: "
+                           + (str(err).splitlines() or [""])[0][:200])
+            rows.append(row)
+    return rows
+
+
+def committed_study(name: str = "h200-attention-2026-12-02-v2.json") -> dict[str, Any] | None:
+    """The committed study result, or None when the package runs without the repository."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / name
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def version_rows(study: dict[str, Any], mode: str = "fwd") -> list[dict[str, Any]]:
+    """Per shape: TFLOP/s of v1, v2, SDPA flash and cuDNN, and v2 / v1 (same run)."""
+    cells: dict[tuple, dict[str, float]] = {}
+    for r in study["rows"]:
+        if r["mode"] == mode and r["tflops"]:
+            key = (r["head_dim"], r["causal"], r["seq"])
+            cells.setdefault(key, {})[r["provider"]] = r["tflops"]
+    out = []
+    for (d, causal, n), t in sorted(cells.items()):
+        v1, v2 = t.get("ours_v1"), t.get("ours_v2")
+        out.append(dict(head_dim=d, causal=causal, seq=n, v1=v1, v2=v2,
+                        sdpa_flash=t.get("sdpa_flash"), sdpa_cudnn=t.get("sdpa_cudnn"),
+                        v2_over_v1=v2 / v1 if v1 and v2 else None))
+    return out
+
+
+def plot_memory(study: dict[str, Any], ax: Any = None) -> Any:
+    """Peak extra memory of forward+backward against N (batch 1, 16 heads, D=128), log-log;
+    providers that ran out of memory are marked where their line stops."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.4))
+    for prov in ("eager", "sdpa_flash", "ours"):
+        rows = [r for r in study["memory"] if r["provider"] == prov]
+        pts = sorted((r["seq"], r["fwd_bwd_peak_bytes"] / 2**30) for r in rows
+                     if r["fwd_bwd_peak_bytes"])
+        if pts:
+            ax.plot(*zip(*pts, strict=True), "o-", label=prov, lw=2.5 if prov == "ours" else 1.2)
+        for r in rows:
+            if r["error"]:
+                ax.annotate("out of memory", (r["seq"], pts[-1][1] if pts else 1), fontsize=7)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length N (batch 1, 16 heads, D=128)")
+    ax.set_ylabel("peak extra GiB, fwd+bwd")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_tiles(study: dict[str, Any], version: int = 1, ax: Any = None) -> Any:
+    """Forward TFLOP/s of each measured (BLOCK_M, BLOCK_N, warps, stages) config, one bar
+    each; configs that failed to compile or launch are shown as 0 with their error."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.2))
+    rows = [r for r in study["tiles"] if r["version"] == version]
+    labels = [f"{r['block_m']}x{r['block_n']}\nw{r['num_warps']} s{r['num_stages']}"
+              for r in rows]
+    vals = [r["tflops"] or 0.0 for r in rows]
+    best = max(vals) if vals else 0.0
+    ax.bar(range(len(rows)), vals, color=["C3" if v == best else "C0" for v in vals])
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    for i, r in enumerate(rows):
+        if r["error"]:
+            ax.text(i, 5, "failed", rotation=90, fontsize=7, ha="center")
+    ax.set_ylabel("forward TFLOP/s")
+    r0 = rows[0] if rows else {}
+    ax.set_title(f"v{version}: D={r0.get('head_dim')}, N={r0.get('seq')}, non-causal, bf16",
+                 fontsize=9)
+    return ax
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the study; returns 1 when a correctness check failed, else 0."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[2])
+    p.add_argument("--out", default=".", help="directory for the JSON (default: %(default)s)")
+    p.add_argument("--name", default="h200-attention-study.json", help="result file name")
+    p.add_argument("--seqs", default="1024,2048,4096,8192,16384", help="v1/v2 sweep lengths")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("gpu_study needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from mlinfra_lab import runtime
+    from mlinfra_lab.attention import bench
+
+    _restrict_autotune()
+    result: dict[str, Any] = {"benchmark": "attention-study",
+                              "date": _dt.datetime.now(_dt.timezone.utc).isoformat("seconds")}
+    info = runtime.describe().as_dict()
+    import triton
+
+    info["triton"] = triton.__version__
+    result["device"] = info
+    sections = [("correctness", _correctness), ("memory", _memory), ("tiles", _tiles)]
+    cfg = replace(bench.BenchConfig(), seqs=tuple(int(s) for s in args.seqs.split(",")),
+                  providers=("ours_v1", "ours_v2", "sdpa_flash", "sdpa_cudnn"))
+    result["config"] = asdict(cfg)
+    out = Path(args.out) / args.name
+    for name, fn in sections[:1] + [("rows", lambda: _versions(cfg))] + sections[1:]:
+        try:
+            result[name] = fn()
+        except Exception as err:  # noqa: BLE001 (keep what the other sections measured)
+            result[name] = []
+            result.setdefault("errors", {})[name] = f"{type(err).__name__}: {err}"[:500]
+        out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"[{_dt.datetime.now():%H:%M:%S}] {name} done", flush=True)
+    result["matmul_tflops"] = bench._matmul_tflops(cfg, "cuda")
+    result["ratios"] = bench._ratios([dict(r, provider="ours" if r["provider"] == "ours_v2"
+                                           else r["provider"]) for r in result["rows"]])
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    bad = [c for c in result["correctness"] if not c["ok"]]
+    print(f"correctness: {len(result['correctness']) - len(bad)} ok, {len(bad)} failed "
+          f"{[(c['shape'], c['version'], c['tensor']) for c in bad]}")
+    if result["rows"]:
+        print(bench.format_table(result))
+    for r in result["memory"]:
+        print("mem", r["provider"], r["seq"], r.get("fwd_peak_bytes"),
+              r.get("fwd_bwd_peak_bytes"), r["error"] or "")
+    for r in result["tiles"]:
+        print(f"tile v{r['version']} {r['block_m']:3d} x {r['block_n']:3d} "
+              f"w{r['num_warps']} s{r['num_stages']}",
+              f"{r['tflops']:.1f}" if r["tflops"] else r["error"])
+    print("errors:", result.get("errors"))
+    return 1 if bad or result.get("errors") else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
