@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 
     _restrict_autotune()
     result: dict[str, Any] = {"benchmark": "attention-study",
-                              "date": _dt.datetime.now(_dt.timezone.utc).isoformat("seconds")}
+                              "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     info = runtime.describe().as_dict()
     import triton
 
