@@ -49,3 +49,19 @@ def test_study_refuses_a_cpu(capsys):
         pytest.skip("CPU-only check")
     assert gpu_study.main(["--out", "."]) == 2
     assert "CUDA" in capsys.readouterr().err
+
+
+def test_committed_study_is_complete():
+    study = gpu_study.committed_study()
+    assert study is not None, "benchmarks/results/h200-attention-2026-12-02-v2.json is missing"
+    assert study["device"]["device_name"] == "NVIDIA H200" and study["device"]["triton"]
+    assert study["correctness"] and all(c["ok"] for c in study["correctness"])
+    assert {c["version"] for c in study["correctness"]} == {1, 2}
+    rows = gpu_study.version_rows(study, "fwd")
+    assert len(rows) == 5 * 2 * 2 and all(r["v1"] and r["v2"] and r["sdpa_flash"] for r in rows)
+    mem = {(r["provider"], r["seq"]): r["fwd_bwd_peak_bytes"] for r in study["memory"]}
+    # linear for ours (16x the tokens: at most ~17x the bytes), quadratic for eager
+    assert mem[("ours", 16384)] < 17 * mem[("ours", 1024)]
+    assert mem[("eager", 16384)] > 100 * mem[("eager", 1024)]
+    assert mem[("ours", 16384)] <= 1.5 * mem[("sdpa_flash", 16384)]
+    assert sum(1 for t in study["tiles"] if t["tflops"]) >= 8

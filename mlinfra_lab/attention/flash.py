@@ -33,6 +33,13 @@ interpreter switch); this file holds the launchers (asserts, grids), the
 this same algorithm in PyTorch. Bytes this forward moves: Q and O once, K and V once per
 query tile (``ceil(N / BLOCK_M)`` passes, mostly served by L2), no score matrix.
 
+Versions of the forward kernel (``version=`` or ``MLINFRA_ATTENTION_KERNEL``; the
+backward is shared): v1 is described above and is the default. v2 loads tiles through
+in-kernel TMA tensor descriptors and folds the scale into one FMA; it was predicted to gain
+5-12% on Hopper and measured 5-20% slower on the H200
+(``benchmarks/results/h200-attention-2026-12-02-v2.json``: a fixed cost per program, most
+likely the descriptor creation), so it stays as a documented, tested alternative.
+
 Caveats: causal attention needs equal query and key lengths (`_checks`). The backward
 pass recomputes ``QK^T`` and ``dO V^T`` in both backward kernels: FA2's 5 matmuls become 7,
 the price of needing no atomics.
