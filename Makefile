@@ -37,7 +37,13 @@ endif
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (mlinfra)" >/dev/null
 	touch $@
 
-book: setup
+# Browser-side libraries (widget manager, MathJax) from the npm registry, so the book renders
+# offline; without npm the pages load them from a CDN instead.
+_vendor/.stamp: book/_ext/vendor-widgets.sh
+	bash book/_ext/vendor-widgets.sh
+	touch $@
+
+book: setup _vendor/.stamp
 	$(BIN)/jupyter-book build . --all -W --keep-going
 	@echo
 	@echo "The book is built: open file://$(CURDIR)/_build/html/index.html"

@@ -139,6 +139,20 @@ def page_problems(browser, base_url: str, html_root: Path, page_path: str) -> li
     if response is None or not response.ok:
         problems.append(f"{url} answered {response and response.status}")
 
+    # Widgets and formulas render from the vendored copies (`make book` vendors them from
+    # the npm registry; without them the pages use a CDN, which this offline test blocks).
+    html = (html_root / f"{page_path}.html").read_text(encoding="utf-8")
+    if (ROOT / "_vendor" / "widgets").exists() and "widget-state+json" in html:
+        try:
+            page.wait_for_selector(".jupyter-widgets", timeout=15_000)
+        except Exception:  # playwright's TimeoutError
+            problems.append("a widget did not render (its saved state is in the page)")
+    if (ROOT / "_vendor" / "mathjax").exists() and 'class="math' in html:
+        try:
+            page.wait_for_selector("mjx-container", timeout=15_000)
+        except Exception:
+            problems.append("no formula was typeset by MathJax")
+
     # Every image of our own origin decoded to a real picture (a figure that rendered).
     broken = page.eval_on_selector_all(
         "img",
