@@ -7,6 +7,7 @@ The syllabus, in reading order:
 - `online_softmax` (and `online_softmax_trace`): softmax one block at a time;
 - `tiled_attention`: the FlashAttention-2 algorithm in plain PyTorch;
 - `flash_attention`: the same algorithm as a Triton kernel, forward and backward;
+- `time_forward_tile`: the forward kernel timed at one tile config you choose (GPU);
 - `bank_conflict_degree`, `tile_addresses`: shared-memory banks, padding and swizzles;
 - `mlinfra_lab.attention.bench`: timing against PyTorch's SDPA backends (imported on use).
 
@@ -24,14 +25,25 @@ from mlinfra_lab.attention.reference import (
     online_softmax_trace,
     tiled_attention,
 )
+from mlinfra_lab.attention.tiles import (
+    TileConfigError,
+    TileTiming,
+    TileTimingNeedsGPUError,
+    check_tile_config,
+    time_forward_tile,
+)
 from mlinfra_lab.attention.traffic import attention_flops, hbm_traffic, hbm_traffic_breakdown
 
 __all__ = [
     "AttentionInputError",
     "OnlineSoftmaxState",
+    "TileConfigError",
+    "TileTiming",
+    "TileTimingNeedsGPUError",
     "attention_flops",
     "bank_conflict_degree",
     "bank_word_counts",
+    "check_tile_config",
     "flash_attention",
     "flash_attention_lse",
     "hbm_traffic",
@@ -39,6 +51,7 @@ __all__ = [
     "naive_attention",
     "online_softmax",
     "online_softmax_trace",
+    "time_forward_tile",
     "tile_addresses",
     "tiled_attention",
 ]

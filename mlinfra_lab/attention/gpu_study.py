@@ -175,45 +175,16 @@ def _memory() -> list[dict[str, Any]]:
 
 
 def _tiles() -> list[dict[str, Any]]:
-    from triton.testing import do_bench
+    """Every `TILE_CONFIGS` entry, both kernel versions, timed by `time_forward_tile`."""
+    from mlinfra_lab.attention.tiles import time_forward_tile
 
-    from mlinfra_lab.attention import _flash_kernels as fk
-    from mlinfra_lab.attention.flash import LOG2E, flash_attention
-    from mlinfra_lab.attention.traffic import attention_flops
-
-    b, h, n, d = 2, 16, 8192, 128
-    g = torch.Generator(device="cuda").manual_seed(8)
-    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-               for _ in range(3))
-    ref = flash_attention(q, k, v, version=1)
-    scale = d**-0.5 * LOG2E
-    flops = attention_flops(b, h, n, n, d, False, "fwd")
-    fk.set_descriptor_allocator()
     rows = []
-    for version, kern in ((1, fk._fwd_kernel), (2, fk._fwd_kernel_v2)):
+    for version in (1, 2):
         for bm, bn, warps, stages in TILE_CONFIGS:
-            o = torch.full_like(q, float("nan"))
-            lse = torch.empty((b * h, n), device="cuda", dtype=torch.float32)
-            extra = (n * d, n * d, d) if version == 1 else ()
-            meta = dict(CAUSAL=False, HEAD_DIM=d, BLOCK_D=d, BLOCK_M=bm, BLOCK_N=bn,
-                        PRECISION="tf32", num_warps=warps, num_stages=stages)
-            grid = (-(-n // bm), b * h)
-            row: dict[str, Any] = dict(version=version, block_m=bm, block_n=bn,
-                                       num_warps=warps, num_stages=stages, batch=b, heads=h,
-                                       seq=n, head_dim=d, causal=False, error=None)
-            try:
-                def call(o: torch.Tensor = o, lse: torch.Tensor = lse, extra: tuple = extra,
-                         meta: dict = meta, grid: tuple = grid, kern: Any = kern) -> None:
-                    kern[grid](q, k, v, o, lse, n, n, scale, *extra, **meta)
-
-                call()
-                torch.cuda.synchronize()
-                row["max_abs_diff_vs_v1"] = (o.float() - ref.float()).abs().max().item()
-                ms = float(do_bench(call, warmup=25, rep=100, return_mode="median"))
-                row.update(ms=ms, tflops=flops / ms * 1e-9)
-            except Exception as err:  # noqa: BLE001 (out of resources, compile errors: record)
-                row.update(ms=None, tflops=None, error=f"{type(err).__name__}: "
-                           + (str(err).splitlines() or [""])[0][:200])
+            t = time_forward_tile(bm, bn, warps, stages, batch=2, heads=16, seq=8192,
+                                  head_dim=128, causal=False, version=version)
+            row = t.as_dict()
+            row["max_abs_diff_vs_v1"] = row.pop("max_abs_diff")  # the committed files' key
             rows.append(row)
     return rows
 

@@ -1,0 +1,162 @@
+"""Time the forward kernel at one tile config you choose, bypassing the autotuner.
+
+Contract: ``time_forward_tile(block_m, block_n, num_warps, num_stages, ...)`` compiles and
+launches the forward kernel (v1 or v2) with exactly that ``(BLOCK_M, BLOCK_N)`` tile,
+warp count and pipeline depth on random bf16 inputs, times it with
+`triton.testing.do_bench` (median) and returns a `TileTiming`: milliseconds, TFLOP/s and
+the largest difference from the autotuned kernel's output. A config that the GPU cannot
+run (too much shared memory, too many registers, a compile error) comes back as a
+`TileTiming` with ``error`` set, not as an exception, so a sweep or a widget keeps going.
+
+Design decisions:
+- One launch path: `gpu_study`'s tile sweep calls this function, and so does the chapter's
+  live widget, so the committed sweep and what a reader measures use the same code.
+- The output buffer is filled with NaN before the first launch, so an element the kernel
+  never writes shows up as a NaN difference (``max_abs_diff`` is then ``nan``).
+- Inputs are validated before anything touches the GPU (`TileConfigError`, a
+  `ValueError`): tiles are powers of two from 16 (the Tensor Core K dimension) to 256;
+  causal tiles need ``block_m % block_n == 0`` (the diagonal loop steps by ``BLOCK_N`` from
+  a multiple of ``BLOCK_M``); warps 1-16 and powers of two; stages 1-6.
+- On a CPU it raises `TileTimingNeedsGPUError`: the Triton interpreter runs the kernel in
+  numpy, so its time says nothing about tiles on Tensor Cores.
+- Inputs are made once per shape and kept (`_inputs`), so timing many configs at one
+  shape (a widget moving a slider) pays only for each config's compile.
+
+Caveats: each new config compiles a kernel (about a second); the numbers are for the GPU
+it ran on and vary a few percent from run to run. Version 2 needs Hopper-class TMA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+__all__ = ["TileConfigError", "TileTiming", "TileTimingNeedsGPUError", "check_tile_config",
+           "time_forward_tile"]
+
+
+class TileConfigError(ValueError):
+    """A tile config or shape the forward kernel cannot be launched with."""
+
+
+class TileTimingNeedsGPUError(RuntimeError):
+    """Timing a tile config was asked for on a machine without a CUDA GPU."""
+
+
+@dataclass(frozen=True)
+class TileTiming:
+    """One timed forward launch: its config, shape, and either the timing or the error."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    causal: bool
+    version: int
+    ms: float | None = None
+    tflops: float | None = None
+    max_abs_diff: float | None = None  # vs the autotuned v1 kernel on the same inputs
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (the format of `gpu_study`'s ``tiles`` rows)."""
+        return asdict(self)
+
+
+def _power_of_two(x: int) -> bool:
+    return isinstance(x, int) and x > 0 and x & (x - 1) == 0
+
+
+def check_tile_config(block_m: int, block_n: int, num_warps: int = 8, num_stages: int = 3,
+                      *, batch: int = 2, heads: int = 16, seq: int = 8192,
+                      head_dim: int = 128, causal: bool = False, version: int = 1) -> None:
+    """Raise `TileConfigError` saying what to change when the kernel cannot take this
+    config or shape; return None when it can."""
+    for name, val in (("block_m", block_m), ("block_n", block_n)):
+        if not _power_of_two(val) or not 16 <= val <= 256:
+            raise TileConfigError(f"{name}={val!r}: use a power of two from 16 to 256 "
+                                  "(16 is the smallest Tensor Core tile dimension)")
+    if not _power_of_two(num_warps) or num_warps > 16:
+        raise TileConfigError(f"num_warps={num_warps!r}: use 1, 2, 4, 8 or 16")
+    if not isinstance(num_stages, int) or not 1 <= num_stages <= 6:
+        raise TileConfigError(f"num_stages={num_stages!r}: use an integer from 1 to 6")
+    if causal and block_m % block_n:
+        raise TileConfigError(f"causal tiles need block_m to be a multiple of block_n, got "
+                              f"{block_m} x {block_n}: use block_n <= block_m")
+    for name, val in (("batch", batch), ("heads", heads), ("seq", seq)):
+        if not isinstance(val, int) or val < 1:
+            raise TileConfigError(f"{name}={val!r}: use a positive integer")
+    if not isinstance(head_dim, int) or not 16 <= head_dim <= 128:
+        raise TileConfigError(f"head_dim={head_dim!r}: the kernel takes 16 to 128")
+    if version not in (1, 2):
+        raise TileConfigError(f"version={version!r}: use 1 or 2")
+
+
+@lru_cache(maxsize=2)
+def _inputs(batch: int, heads: int, seq: int, head_dim: int, causal: bool
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded bf16 q, k, v on the GPU and the autotuned v1 output on them (kept per shape)."""
+    from mlinfra_lab.attention.flash import flash_attention
+
+    g = torch.Generator(device="cuda").manual_seed(8)
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+                           generator=g) for _ in range(3))
+    return q, k, v, flash_attention(q, k, v, causal=causal, version=1)
+
+
+def time_forward_tile(block_m: int, block_n: int, num_warps: int = 8, num_stages: int = 3,
+                      *, batch: int = 2, heads: int = 16, seq: int = 8192,
+                      head_dim: int = 128, causal: bool = False, version: int = 1,
+                      warmup_ms: int = 25, rep_ms: int = 100) -> TileTiming:
+    """Compile, check and time the forward kernel at exactly this tile config (GPU only).
+
+    Returns a `TileTiming`; ``error`` is set (and the timing None) when the config does
+    not compile or launch on this GPU. Raises `TileConfigError` for an invalid config and
+    `TileTimingNeedsGPUError` without a CUDA GPU."""
+    check_tile_config(block_m, block_n, num_warps, num_stages, batch=batch, heads=heads,
+                      seq=seq, head_dim=head_dim, causal=causal, version=version)
+    if not torch.cuda.is_available():
+        raise TileTimingNeedsGPUError(
+            "time_forward_tile needs a CUDA GPU: under the CPU interpreter a kernel's time "
+            "says nothing about its tiles. Run on a GPU (Colab: Runtime > Change runtime type)"
+            ", or read the committed H200 sweep with gpu_study.committed_study()")
+    from triton.testing import do_bench
+
+    from mlinfra_lab.attention import _flash_kernels as fk
+    from mlinfra_lab.attention.flash import LOG2E, _block_d
+    from mlinfra_lab.attention.traffic import attention_flops
+
+    b, h, n, d = batch, heads, seq, head_dim
+    q, k, v, ref = _inputs(b, h, n, d, causal)
+    o = torch.full_like(q, float("nan"))
+    lse = torch.empty((b * h, n), device="cuda", dtype=torch.float32)
+    extra = (n * d, n * d, d) if version == 1 else ()
+    kern = fk._fwd_kernel if version == 1 else fk._fwd_kernel_v2
+    if version == 2:
+        fk.set_descriptor_allocator()
+    meta = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=block_m,
+                BLOCK_N=block_n, PRECISION="tf32", num_warps=num_warps, num_stages=num_stages)
+    grid = (-(-n // block_m), b * h)
+    base = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+                batch=b, heads=h, seq=n, head_dim=d, causal=causal, version=version)
+
+    def call() -> None:
+        kern[grid](q, k, v, o, lse, n, n, d**-0.5 * LOG2E, *extra, **meta)
+
+    try:
+        call()
+        torch.cuda.synchronize()
+        diff = (o.float() - ref.float()).abs().max().item()
+        ms = float(do_bench(call, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    except Exception as err:  # noqa: BLE001 (out of resources, compile errors: report them)
+        return TileTiming(**base, error=f"{type(err).__name__}: "
+                          + (str(err).splitlines() or [""])[0][:200])
+    flops = attention_flops(b, h, n, n, d, causal, "fwd")
+    return TileTiming(**base, ms=ms, tflops=flops / ms * 1e-9, max_abs_diff=diff)
