@@ -4,7 +4,8 @@ Contract: ``python -m mlinfra_lab.attention.gpu_study --out DIR`` checks both fo
 kernel versions against a float64 reference on the GPU, then times them side by side
 with SDPA's flash and cuDNN backends over the benchmark sweep, records peak extra memory
 against sequence length at a fixed batch, and times the forward over a grid of
-``(BLOCK_M, BLOCK_N)`` tiles; everything goes into one JSON file (and a table on stdout).
+``(BLOCK_M, BLOCK_N)`` tiles (`tiles.time_forward_tile`, the function the chapter's live
+widget calls); everything goes into one JSON file (and a table on stdout).
 
 Design decisions:
 - Correctness first (METHOD.md): if any check fails, the timings are still taken but the

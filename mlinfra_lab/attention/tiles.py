@@ -2,7 +2,8 @@
 
 Contract: ``time_forward_tile(block_m, block_n, num_warps, num_stages, ...)`` compiles and
 launches the forward kernel (v1 or v2) with exactly that ``(BLOCK_M, BLOCK_N)`` tile,
-warp count and pipeline depth on random bf16 inputs, times it with
+warp count and pipeline depth on random bf16 inputs (fp16 on GPUs without bf16, such as
+Colab's T4), times it with
 `triton.testing.do_bench` (median) and returns a `TileTiming`: milliseconds, TFLOP/s and
 the largest difference from the autotuned kernel's output. A config that the GPU cannot
 run (too much shared memory, too many registers, a compile error) comes back as a
@@ -60,6 +61,7 @@ class TileTiming:
     head_dim: int
     causal: bool
     version: int
+    dtype: str = "bfloat16"
     ms: float | None = None
     tflops: float | None = None
     max_abs_diff: float | None = None  # vs the autotuned v1 kernel on the same inputs
@@ -102,11 +104,12 @@ def check_tile_config(block_m: int, block_n: int, num_warps: int = 8, num_stages
 @lru_cache(maxsize=2)
 def _inputs(batch: int, heads: int, seq: int, head_dim: int, causal: bool
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Seeded bf16 q, k, v on the GPU and the autotuned v1 output on them (kept per shape)."""
+    """Seeded q, k, v on the GPU and the autotuned v1 output on them (kept per shape)."""
     from mlinfra_lab.attention.flash import flash_attention
 
+    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     g = torch.Generator(device="cuda").manual_seed(8)
-    q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=dtype,
                            generator=g) for _ in range(3))
     return q, k, v, flash_attention(q, k, v, causal=causal, version=1)
 
@@ -145,7 +148,8 @@ def time_forward_tile(block_m: int, block_n: int, num_warps: int = 8, num_stages
                 BLOCK_N=block_n, PRECISION="tf32", num_warps=num_warps, num_stages=num_stages)
     grid = (-(-n // block_m), b * h)
     base = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
-                batch=b, heads=h, seq=n, head_dim=d, causal=causal, version=version)
+                batch=b, heads=h, seq=n, head_dim=d, causal=causal, version=version,
+                dtype=str(q.dtype).removeprefix("torch."))
 
     def call() -> None:
         kern[grid](q, k, v, o, lse, n, n, d**-0.5 * LOG2E, *extra, **meta)
