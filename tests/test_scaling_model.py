@@ -53,6 +53,19 @@ def test_fit_alpha_beta_recovers_parameters_within_5_percent(p):
     assert fit.bus_bandwidth == pytest.approx(40e9, rel=0.05)
 
 
+def test_fit_alpha_beta_never_returns_a_negative_cost():
+    # Latency-bound timings whose noise slopes downward (the CI failure this guards):
+    # an unconstrained line would report a negative per-byte cost.
+    rows = [{"bytes": n, "time_s": t, "world_size": 2}
+            for n, t in [(1024, 3.7e-3), (64 * 1024, 3.6e-3), (1024 * 1024, 1.3e-3)]]
+    fit = fit_alpha_beta(rows)
+    assert fit.latency_s >= 0 and fit.per_byte_s >= 0, fit
+    # Pure bandwidth timings (no latency) pin the latency at zero, not below it.
+    rows = [{"bytes": n, "time_s": n * 1e-9 * (0.9 if n == 8 else 1.0)} for n in (8, 800, 8e6)]
+    fit = fit_alpha_beta(rows, world_size=2)
+    assert fit.latency_s >= 0 and fit.per_byte_s == pytest.approx(1e-9, rel=0.15), fit
+
+
 def test_fit_alpha_beta_rejects_unusable_timings():
     with pytest.raises(ValueError, match="two different"):
         fit_alpha_beta([{"bytes": 8, "time_s": 1e-5}, {"bytes": 8, "time_s": 2e-5}])

@@ -116,8 +116,10 @@ def test_allreduce_bench_sums_and_reports_busbw():
     for r in rows:
         assert r["busbw"] == pytest.approx(r["algbw"])  # 2(n-1)/n = 1 at n = 2
         assert r["algbw"] == pytest.approx(r["bytes"] / r["time_s"])
+    # Real timings on a shared 2-core machine are noisy, so only the fit's validity is
+    # asserted here; recovering known costs is tested on synthetic timings.
     fit = fit_alpha_beta(rows)
-    assert fit.world_size == 2 and fit.per_byte_s > 0
+    assert fit.world_size == 2 and fit.per_byte_s >= 0 and fit.latency_s >= 0
 
 
 def test_harness_runs_under_torchrun(tmp_path):

@@ -107,8 +107,10 @@ class AlphaBetaFit:
 def fit_alpha_beta(results: list[dict[str, Any]], world_size: int | None = None) -> AlphaBetaFit:
     """Fit latency and per-byte cost to all-reduce timings (rows with `bytes`, `time_s`).
 
-    `world_size` defaults to the rows' own ``world_size``. Raises ValueError with fewer than
-    two distinct sizes or non-positive times.
+    Weighted least squares on relative error; both costs are kept non-negative (when noise
+    tilts the line below zero, the better one-term fit is used). `world_size` defaults to
+    the rows' own ``world_size``. Raises ValueError with fewer than two distinct sizes or
+    non-positive times.
     """
     import numpy as np
 
@@ -126,6 +128,14 @@ def fit_alpha_beta(results: list[dict[str, Any]], world_size: int | None = None)
     w = 1.0 / t  # minimise relative error
     design = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
     (latency, per_byte), *_ = np.linalg.lstsq(design, t * w, rcond=None)
+    if latency < 0 or per_byte < 0:
+        # Noisy timings (small messages on a busy machine) can tilt the line below zero;
+        # a cost cannot be negative, so take the best fit with that term pinned at zero.
+        latency, per_byte = min(
+            ((float(np.sum(t * w * w) / np.sum(w * w)), 0.0),  # latency only
+             (0.0, float(np.sum(x * t * w * w) / np.sum(x * x * w * w)))),  # bandwidth only
+            key=lambda c: float(np.sum(((c[0] + c[1] * x - t) * w) ** 2)),
+        )
     predicted = latency + per_byte * x
     n = world_size or results[0].get("world_size")
     alpha = beta = None
