@@ -39,8 +39,8 @@ endif
 
 # Browser-side libraries (widget manager, MathJax) from the npm registry, so the book renders
 # offline; without npm the pages load them from a CDN instead.
-_vendor/.stamp: book/_ext/vendor-widgets.sh
-	bash book/_ext/vendor-widgets.sh
+_vendor/.stamp: book/_ext/vendor-libs.sh
+	bash book/_ext/vendor-libs.sh
 	touch $@
 
 book: setup _vendor/.stamp

@@ -11,13 +11,13 @@ Design decisions:
   configured; `_config.yml` sets `html_context.default_mode`.
 - ipywidgets: executed notebooks keep their widget state, and myst-nb embeds it with the
   widgets' HTML manager, by default from a CDN. When `make book` has vendored the manager
-  into `_vendor/widgets/` (book/_ext/vendor-widgets.sh, from the npm registry), the pages
+  into `_vendor/widgets/` (book/_ext/vendor-libs.sh, from the npm registry), the pages
   load it from `_static/widgets/` instead, so widgets render offline and in the browser
   test. (Not under the book's `_static/`: Jupyter Book would add every .js file there to
   every page.)
 - MathJax likewise: when `_vendor/mathjax/` exists, formulas load MathJax from there.
 - The widget manager typesets labels with MathJax 2's `MathJax.Hub.Queue`; the book loads
-  MathJax 3, which has no `Hub`, so rendering a widget threw. A two-line shim maps the call
+  MathJax 3, which has no `Hub`, so rendering a widget threw. A small shim maps the call
   onto MathJax 3's `typesetPromise`.
 """
 
@@ -27,8 +27,6 @@ from pathlib import Path
 
 VENDOR = "_vendor"  # copied into the HTML's _static/, so _vendor/widgets -> _static/widgets
 VENDORED_MANAGER = Path(VENDOR, "widgets", "html-manager", "embed-amd.js")
-
-
 VENDORED_MATHJAX = Path(VENDOR, "mathjax", "tex-mml-chtml.js")
 
 

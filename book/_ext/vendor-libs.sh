@@ -11,7 +11,7 @@ MATHJAX=${MATHJAX:-mathjax@3.2.2}
 dest=_vendor/widgets
 mathjax=_vendor/mathjax
 if ! command -v npm >/dev/null 2>&1; then
-  echo "vendor-widgets: npm not found; widgets will load from the CDN" >&2
+  echo "vendor-libs: npm not found; widgets will load from the CDN" >&2
   exit 0
 fi
 tmp=$(mktemp -d)
@@ -28,4 +28,4 @@ cp "$tmp/rq/package/require.js" "$dest/require.js"
 # MathJax: the combined TeX+MathML/CHTML bundle and the components it loads on demand.
 cp "$tmp/mj/package/es5/tex-mml-chtml.js" "$mathjax/"
 cp -r "$tmp/mj/package/es5/"{input,output,ui,a11y,adaptors,sre} "$mathjax/"
-echo "vendor-widgets: $(du -sh _vendor | cut -f1) in _vendor ($HTML_MANAGER, $REQUIREJS, $MATHJAX)"
+echo "vendor-libs: $(du -sh _vendor | cut -f1) in _vendor ($HTML_MANAGER, $REQUIREJS, $MATHJAX)"
