@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from mlinfra_lab import staleness as st
 
@@ -37,6 +38,66 @@ def test_staleness_aware_lr_needs_fewer_updates_than_async(async_updates):
 def test_delay_compensation_needs_fewer_updates_than_async(async_updates):
     dc = _mean_updates_to_target(st.DelayCompensated(2.0))
     assert dc <= 0.9 * async_updates, (dc, async_updates)
+
+
+def test_adaptive_delay_compensation_needs_fewer_updates_than_async(async_updates):
+    dca = _mean_updates_to_target(st.DelayCompensated(0.1, adaptive=True, momentum=0.95))
+    assert dca <= 0.9 * async_updates, (dca, async_updates)
+
+
+def test_adaptive_delay_compensation_formula():
+    # DC-ASGD-a: m_t = mom * m_{t-1} + (1 - mom) * g^2 from m_0 = 0,
+    # corrected g = g + lam0 / sqrt(m_t + eps) * g^2 * (theta_now - theta_pulled).
+    lam0, mom, eps = 0.5, 0.9, 1e-7
+    correct = st.DelayCompensated(lam0, adaptive=True, momentum=mom, eps=eps).make_corrector()
+    g1, g2 = torch.tensor([1.0, -2.0, 0.0]), torch.tensor([3.0, 1.0, 0.5])
+    now, pulled = torch.tensor([0.5, 1.0, -1.0]), torch.tensor([0.0, 2.0, 1.0])
+    delta = now - pulled
+    m1 = (1 - mom) * g1**2
+    expected1 = g1 + lam0 / torch.sqrt(m1 + eps) * g1**2 * delta
+    torch.testing.assert_close(correct(g1, now, pulled), expected1)
+    m2 = mom * m1 + (1 - mom) * g2**2  # the state carries over to the next gradient
+    expected2 = g2 + lam0 / torch.sqrt(m2 + eps) * g2**2 * delta
+    torch.testing.assert_close(correct(g2, now, pulled), expected2)
+    # a fresh corrector starts from m_0 = 0 again (the policy itself holds no state)
+    fresh = st.DelayCompensated(lam0, adaptive=True, momentum=mom, eps=eps).make_corrector()
+    torch.testing.assert_close(fresh(g1, now, pulled), expected1)
+    # non-adaptive: the plain DC-ASGD correction with a constant lambda
+    plain = st.DelayCompensated(lam0).make_corrector()
+    torch.testing.assert_close(plain(g1, now, pulled), g1 + lam0 * g1**2 * delta)
+    for bad in (dict(momentum=1.0), dict(momentum=-0.1), dict(eps=0.0)):
+        with pytest.raises(st.StalenessConfigError):
+            st.DelayCompensated(0.1, adaptive=True, **bad)
+
+
+def test_adaptive_runs_are_reproducible():
+    problem, speeds = st.logreg_problem(), st.WorkerSpeeds.straggler(4, slow_factor=5, which=0)
+    policy = st.DelayCompensated(0.1, adaptive=True)
+    a, b = (st.simulate(problem, speeds, policy, 40, 2.0, 0, eval_every=10) for _ in range(2))
+    np.testing.assert_allclose(a.loss, b.loss)  # no state leaks from one run into the next
+
+
+def test_ssp_wait_group_rule():
+    assert st.ssp_wait_group(10, [5, 9, 9], [1], 8) == [1]  # nobody at the bound
+    assert st.ssp_wait_group(13, [5, 9, 9], [1, 2], 8) == []  # worker 0 at the bound, absent
+    assert st.ssp_wait_group(13, [5, 5, 9], [2, 1, 0], 8) == [0, 1]  # the whole limit group
+    assert st.ssp_wait_group(10, [9, 7, 7], [2, 1], 8) == [2]  # oldest held, first arrived
+    assert st.ssp_wait_group(4, [4, 4, 4], [1, 2, 0], 0) == [0, 1, 2]  # bound 0 is Sync
+
+
+def test_custom_wait_rule_is_used():
+    problem, speeds = st.logreg_problem(), st.WorkerSpeeds.straggler(4, slow_factor=5, which=0)
+    calls = []
+
+    def rule(version, pulled, held, bound):
+        calls.append(bound)
+        return st.ssp_wait_group(version, pulled, held, bound)
+
+    mine = st.simulate(problem, speeds, st.BoundedStaleness(2, "wait", wait_rule=rule), 30, 1.0, 0)
+    ref = st.simulate(problem, speeds, st.BoundedStaleness(2, "wait"), 30, 1.0, 0)
+    assert calls and set(calls) == {2}
+    np.testing.assert_array_equal(mine.staleness, ref.staleness)
+    assert mine.staleness.max() <= 2
 
 
 def test_zhang_rule_and_power_family():

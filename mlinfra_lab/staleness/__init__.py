@@ -30,6 +30,7 @@ from mlinfra_lab.staleness.policies import (
     Sync,
     inverse_staleness,
     power_weight,
+    ssp_wait_group,
     zhang_weight,
 )
 from mlinfra_lab.staleness.problems import Problem, logreg_problem, mlp_problem, quadratic_problem
@@ -73,6 +74,7 @@ __all__ = [
     "quadratic_problem",
     "run_hogwild",
     "simulate",
+    "ssp_wait_group",
     "stability_bound",
     "staleness_histogram",
     "staleness_loss_correlation",

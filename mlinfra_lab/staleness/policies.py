@@ -12,7 +12,8 @@ The policies (one small frozen dataclass each, composed by the simulator):
 - `BoundedStaleness(max_staleness, mode)`: stale synchronous parallel (Ho et al. 2013).
   ``"wait"``: a worker whose update would leave another worker's pending gradient staler than
   the bound waits (its compute is idle, never wasted); ``BoundedStaleness(0, "wait")`` is
-  `Sync()`. ``"drop"``: a gradient staler than the bound is discarded and its worker re-pulls
+  `Sync()`. The decision is the pure function `ssp_wait_group` (which held gradients to
+  apply now), replaceable through ``wait_rule`` (the lab has students write it). ``"drop"``: a gradient staler than the bound is discarded and its worker re-pulls
   (no waiting, but the compute is wasted).
 - `StalenessAwareLR(weight)`: scale the step by ``weight(s)``, by default ``1/(1+s)``
   (the course's worked example: s=10 applies 1/11 ~ 9%, s=1 applies 50%);
@@ -21,7 +22,12 @@ The policies (one small frozen dataclass each, composed by the simulator):
   trades bias against wasted straggler compute.
 - `DelayCompensated(lam)`: DC-ASGD (Zheng et al. 2017, ICML): a first-order Taylor correction
   g(theta_now) ~ g + lam * g * g * (theta_now - theta_pulled), with g*g (element-wise) a
-  cheap diagonal stand-in for the Hessian.
+  cheap diagonal stand-in for the Hessian. ``adaptive=True`` is the paper's DC-ASGD-a:
+  lam_t = lam / sqrt(m_t + eps) element-wise, with m_t = momentum * m_{t-1} + (1 - momentum)
+  * g * g a running mean square of the gradients (from m_0 = 0, like RMSProp), which makes
+  the correction insensitive to the gradients' scale.
+Stateful corrections (DC-ASGD-a's m_t) live in the closure `Policy.make_corrector` returns,
+one per simulation, so a policy object stays a frozen, reusable config.
 Momentum is the simulator's ``momentum`` argument; `theory.corrected_momentum` gives the
 explicit momentum that accounts for the implicit momentum asynchrony adds.
 
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -50,8 +56,12 @@ __all__ = [
     "Sync",
     "inverse_staleness",
     "power_weight",
+    "ssp_wait_group",
     "zhang_weight",
 ]
+
+Corrector = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+WaitRule = Callable[[int, Sequence[int], Sequence[int], int], list[int]]
 
 
 def inverse_staleness(s: int) -> float:
@@ -76,6 +86,26 @@ def power_weight(steepness: float) -> Callable[[int], float]:
     return weight
 
 
+def ssp_wait_group(
+    version: int, pulled: Sequence[int], held: Sequence[int], max_staleness: int
+) -> list[int]:
+    """The stale-synchronous "wait" rule: which held gradients the server applies now.
+
+    ``version`` is the server's version, ``pulled[w]`` the version worker w's pending
+    gradient was computed at, ``held`` the workers whose gradients have arrived and wait, in
+    arrival order. If the oldest pending gradient is already ``max_staleness`` behind, one
+    more update would make it too stale: the workers that pulled that oldest version (the
+    "limit group") are applied together once all of them have arrived, and until then
+    nothing is ([] means wait). Otherwise the held gradient with the oldest pulled version
+    (the first to arrive on a tie) is applied alone.
+    """
+    oldest = min(pulled)
+    if version - oldest >= max_staleness:
+        group = [w for w in range(len(pulled)) if pulled[w] == oldest]
+        return group if all(w in held for w in group) else []
+    return [min(held, key=lambda w: pulled[w])] if held else []
+
+
 class Policy(abc.ABC):
     """What the server does with a gradient of staleness s (see the module docstring)."""
 
@@ -91,6 +121,14 @@ class Policy(abc.ABC):
     ) -> torch.Tensor:
         """The gradient to apply, given where it was computed and where the server is now."""
         return grad
+
+    def make_corrector(self) -> Corrector | None:
+        """A fresh ``correct`` for one run (None: gradients are applied as they are)."""
+        return None if type(self).correct is Policy.correct else self.correct
+
+    def wait_group(self, version: int, pulled: Sequence[int], held: Sequence[int]) -> list[int]:
+        """In "wait" mode: the held workers whose gradients to apply now (see `ssp_wait_group`)."""
+        return ssp_wait_group(version, pulled, held, self.max_staleness or 0)
 
     @property
     def label(self) -> str:
@@ -122,6 +160,7 @@ class BoundedStaleness(Policy):
 
     max_staleness: int = 8
     mode: str = "wait"  # "wait": fast workers idle; "drop": too-stale gradients are discarded
+    wait_rule: WaitRule = field(default=ssp_wait_group, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int):
@@ -137,6 +176,9 @@ class BoundedStaleness(Policy):
 
     def scale(self, staleness: int) -> float:
         return 0.0 if self.mode == "drop" and staleness > self.max_staleness else 1.0
+
+    def wait_group(self, version: int, pulled: Sequence[int], held: Sequence[int]) -> list[int]:
+        return list(self.wait_rule(version, pulled, held, self.max_staleness))
 
 
 @dataclass(frozen=True)
@@ -167,13 +209,25 @@ class StalenessAwareLR(Policy):
 
 @dataclass(frozen=True)
 class DelayCompensated(Policy):
-    """DC-ASGD: g + lam * g * g * (theta_now - theta_pulled) (Zheng et al. 2017)."""
+    """DC-ASGD: g + lam * g * g * (theta_now - theta_pulled) (Zheng et al. 2017).
 
-    lam: float = 0.5  # variance-control parameter lambda of the paper
+    ``adaptive=True`` is DC-ASGD-a: lam becomes lam / sqrt(m_t + eps), element-wise, with
+    m_t the running mean square of the gradients (decay ``momentum``), kept per run by the
+    closure `make_corrector` returns.
+    """
+
+    lam: float = 0.5  # variance-control parameter lambda (lambda_0 when adaptive)
+    adaptive: bool = False  # DC-ASGD-a
+    momentum: float = 0.95  # decay of the mean square m_t (adaptive only)
+    eps: float = 1e-7  # keeps lam_t finite where a coordinate's gradients are all 0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.lam) and self.lam >= 0):
             raise StalenessConfigError(f"lam must be finite and >= 0, got {self.lam}")
+        if not (math.isfinite(self.momentum) and 0 <= self.momentum < 1):
+            raise StalenessConfigError(f"momentum must be in [0, 1), got {self.momentum}")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise StalenessConfigError(f"eps must be finite and > 0, got {self.eps}")
 
     def scale(self, staleness: int) -> float:
         return 1.0
@@ -181,4 +235,27 @@ class DelayCompensated(Policy):
     def correct(
         self, grad: torch.Tensor, theta_now: torch.Tensor, theta_pulled: torch.Tensor
     ) -> torch.Tensor:
+        """The plain (non-adaptive) correction; adaptive runs use `make_corrector`."""
         return grad + self.lam * grad * grad * (theta_now - theta_pulled)
+
+    def make_corrector(self) -> Corrector:
+        if not self.adaptive:
+            return self.correct
+        mean_square: torch.Tensor | None = None
+        lam0, decay, eps = self.lam, self.momentum, self.eps
+
+        def correct_adaptive(
+            grad: torch.Tensor, theta_now: torch.Tensor, theta_pulled: torch.Tensor
+        ) -> torch.Tensor:
+            nonlocal mean_square
+            g2 = grad * grad
+            prev = torch.zeros_like(g2) if mean_square is None else mean_square
+            mean_square = decay * prev + (1.0 - decay) * g2
+            lam_t = lam0 / torch.sqrt(mean_square + eps)
+            return grad + lam_t * g2 * (theta_now - theta_pulled)
+
+        return correct_adaptive
+
+    @property
+    def label(self) -> str:
+        return f"DC-ASGD-a({self.lam:g})" if self.adaptive else f"DC-ASGD({self.lam:g})"

@@ -197,7 +197,8 @@ def _run(
     n, updates, lr, momentum = speeds.n, config.updates, config.lr, config.momentum
     seed, eval_every, max_events = config.seed, config.eval_every, config.max_events
     wait_bound = policy.max_staleness if policy.mode == "wait" else None
-    has_correct = type(policy).correct is not Policy.correct
+    corrector = policy.make_corrector()  # per run: may hold state (DC-ASGD-a)
+    has_correct = corrector is not None
     durations = speeds.sampler(seed)
     batch_rngs = [np.random.default_rng(s) for s in np.random.SeedSequence([seed, 0xBA7C]).spawn(n)]
     n_examples, batch = problem.num_examples, problem.batch_size
@@ -255,10 +256,10 @@ def _run(
             compute_pending()
         if len(ws) == 1:
             w, sc = ws[0], scales[0]
-            g = policy.correct(grads[w], theta, pulled[w]) if has_correct else grads[w]
+            g = corrector(grads[w], theta, pulled[w]) if has_correct else grads[w]
         else:
             g = sum(
-                sc * (policy.correct(grads[w], theta, pulled[w]) if has_correct else grads[w])
+                sc * (corrector(grads[w], theta, pulled[w]) if has_correct else grads[w])
                 for w, sc in zip(ws, scales, strict=True)
             ) / len(ws)
             sc = 1.0
@@ -317,13 +318,9 @@ def _run(
         else:
             held.append(w)
             while held and version < updates and not diverged:
-                oldest = min(pulled_v)
-                if version - oldest >= wait_bound:  # the limit group decides
-                    group = [u for u in range(n) if pulled_v[u] == oldest]
-                    if not all(u in held for u in group):
-                        break
-                else:  # nobody at the bound: apply the oldest waiting gradient alone
-                    group = [min(held, key=lambda u: pulled_v[u])]
+                group = policy.wait_group(version, pulled_v, held)  # ssp_wait_group
+                if not group:  # the limit group has not all arrived: wait
+                    break
                 for u in group:
                     held.remove(u)
                 apply(group, [policy.scale(version - pulled_v[u]) for u in group], now)
