@@ -14,7 +14,15 @@ Design decisions:
   Python's sqlite3 module would issue its own deferred ``BEGIN``; it is switched off
   (``isolation_level=None``) and SQLAlchemy's ``begin`` event emits ours (the recipe from
   SQLAlchemy's SQLite dialect documentation).
-- PostgreSQL needs nothing special: row locks and MVCC handle concurrent writers. A schema
+- The first opening of a new database migrates it, and several processes may open it at
+  once: the upgrade runs inside one write transaction, which on SQLite is BEGIN IMMEDIATE
+  (one migrator at a time; the next one then finds the schema at head and does nothing)
+  and on PostgreSQL starts with ``pg_advisory_xact_lock`` keyed on the schema (DDL there
+  is transactional, but two sessions creating the same table collide on the catalog's
+  unique index instead of waiting). Under READ COMMITTED the waiter's next statement sees
+  the committed schema, so Alembic finds the version table at head. Switching a new SQLite
+  file to WAL is retried while another opener holds it (SQLite reports that at once).
+- PostgreSQL needs nothing else special: row locks and MVCC handle concurrent writers. A schema
   can be chosen in the URL (``?options=-csearch_path%3Dmyschema``), which the tests use to
   give each test module a fresh schema.
 - Migrations run through Alembic's API with the migration scripts shipped inside the
@@ -26,15 +34,38 @@ Caveat: SQLite allows one writer at a time; WAL makes that writer cheap, not par
 from __future__ import annotations
 
 import contextlib
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 
-__all__ = ["make_engine", "migrate", "write_tx", "MIGRATIONS_DIR"]
+__all__ = ["make_engine", "migrate", "write_tx", "current_revision", "head_revision", "MIGRATIONS_DIR"]
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _WRITE = "mlinfra_write"
+_PG_LOCK_CLASS = 0x6D6C6966  # "mlif": first key of the advisory lock that serialises migrations
+
+
+def _enable_wal(cur, busy_timeout_s: float) -> None:  # noqa: ANN001 (DB-API cursor)
+    """Switch the file to WAL (a persistent setting), retrying while another opener holds it.
+
+    Changing the journal mode needs an exclusive lock, and SQLite answers "database is
+    locked" at once (without its busy handler) when another connection is in the middle of
+    opening or converting the same file; so retry with backoff up to the busy timeout.
+    """
+    deadline, wait = time.monotonic() + busy_timeout_s, 0.005
+    while True:
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) and "busy" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(wait)
+            wait = min(wait * 2, 0.2)
 
 
 def make_engine(url: str, busy_timeout_s: float = 30.0, echo: bool = False) -> Engine:
@@ -48,9 +79,9 @@ def make_engine(url: str, busy_timeout_s: float = 30.0, echo: bool = False) -> E
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 (DB-API connection)
         cur = dbapi_conn.cursor()
-        if ":memory:" not in url and url not in ("sqlite://", "sqlite:///"):
-            cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        if ":memory:" not in url and url not in ("sqlite://", "sqlite:///"):
+            _enable_wal(cur, busy_timeout_s)
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
@@ -79,9 +110,22 @@ def migrate(engine: Engine, revision: str = "head") -> None:
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with write_tx(engine) as conn:
+    with write_tx(engine) as conn:  # on SQLite: BEGIN IMMEDIATE, one migrator at a time
+        if conn.dialect.name == "postgresql":  # one migrator per schema; released at commit
+            conn.execute(text("SELECT pg_advisory_xact_lock(CAST(:cls AS integer), hashtext(coalesce(current_schema(), '')))"),
+                         {"cls": _PG_LOCK_CLASS})  # fmt: skip
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+
+
+def head_revision() -> str:
+    """The newest revision among the migration scripts shipped with the package."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return ScriptDirectory.from_config(cfg).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:

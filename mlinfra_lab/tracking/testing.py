@@ -3,7 +3,8 @@
 Contract: `fresh_store(backend, directory)` is a context manager yielding an empty, migrated
 `TrackingStore` on "sqlite" (a file under `directory`) or "postgres" (a new schema in the
 database at ``$MLINFRA_PG_URL``, dropped on exit), so the same test runs on both backends
-and every test starts from nothing.
+and every test starts from nothing; `fresh_db_url` yields just the URL of such an empty,
+not yet migrated database (for tests of what happens when a store first opens it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from mlinfra_lab.tracking.store import TrackingStore
 
-__all__ = ["PG_ENV", "available_backends", "fresh_store"]
+__all__ = ["PG_ENV", "available_backends", "fresh_db_url", "fresh_store"]
 
 PG_ENV = "MLINFRA_PG_URL"
 
@@ -27,17 +28,14 @@ def available_backends() -> list[str]:
 
 
 @contextlib.contextmanager
-def fresh_store(backend: str, directory: str | os.PathLike, **kwargs) -> Iterator[TrackingStore]:
-    """An empty store on `backend` with artifacts (and its cache) under `directory`."""
-    directory = Path(directory)
-    kwargs.setdefault("default_user", "owner")
-    artifact_root = str(directory / "artifacts")
+def fresh_db_url(backend: str, directory: str | os.PathLike) -> Iterator[str]:
+    """The URL of an empty database (no tables, not migrated) on `backend`, dropped on exit.
+
+    SQLite: a file under `directory` that does not exist yet. PostgreSQL: a new, empty
+    schema in the database at ``$MLINFRA_PG_URL``, selected through the URL's search_path.
+    """
     if backend == "sqlite":
-        store = TrackingStore(f"sqlite:///{directory / 'tracking.db'}", artifact_root, **kwargs)
-        try:
-            yield store
-        finally:
-            store.close()
+        yield f"sqlite:///{Path(directory) / 'tracking.db'}"
         return
     if backend != "postgres":
         raise ValueError(f"backend must be 'sqlite' or 'postgres', got {backend!r}")
@@ -48,14 +46,24 @@ def fresh_store(backend: str, directory: str | os.PathLike, **kwargs) -> Iterato
         raise RuntimeError(f"set {PG_ENV} (eval \"$(bash .ci/start-postgres.sh)\") to test on PostgreSQL")
     schema = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in base else "?"
-    store = TrackingStore(f"{base}{sep}options=-csearch_path%3D{schema}", artifact_root, **kwargs)
     try:
-        yield store
-    finally:
-        store.close()
         with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        sep = "&" if "?" in base else "?"
+        yield f"{base}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()
+
+
+@contextlib.contextmanager
+def fresh_store(backend: str, directory: str | os.PathLike, **kwargs) -> Iterator[TrackingStore]:
+    """An empty, migrated store on `backend` with artifacts (and its cache) under `directory`."""
+    kwargs.setdefault("default_user", "owner")
+    with fresh_db_url(backend, directory) as url:
+        store = TrackingStore(url, str(Path(directory) / "artifacts"), **kwargs)
+        try:
+            yield store
+        finally:
+            store.close()

@@ -1,0 +1,53 @@
+"""Several processes opening a brand-new database at the same moment: one creates the schema.
+
+The first `TrackingStore` on an empty database runs the Alembic migrations. When several
+processes open it at once, the upgrade must run once and the others must wait for it and
+then see the finished schema (`db.migrate` serialises it: BEGIN IMMEDIATE on SQLite, an
+advisory lock on PostgreSQL). Each process then logs a run, which needs every table.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+
+from mlinfra_lab.tracking.testing import available_backends, fresh_db_url
+
+pytestmark = pytest.mark.tracking
+
+BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+OPENERS = 4
+
+
+def _open_and_log(db_url: str, artifact_root: str, worker: int, barrier) -> None:
+    from mlinfra_lab.tracking import TrackingStore
+
+    barrier.wait()  # every process opens the empty database at the same moment
+    with TrackingStore(db_url, artifact_root, default_user=f"user{worker}") as store:
+        run = store.start_run(f"project{worker}", params={"lr": 1e-3, "worker": worker})
+        run.log_metrics({"loss": 1.0 / (worker + 1)}, step=0)
+        run.log_artifact(f"weights of {worker}".encode(), "model.pt", "checkpoint")
+        run.end()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_concurrent_first_open_migrates_once_and_every_opener_can_log(backend, tmp_path):
+    from mlinfra_lab.tracking import TrackingStore
+    from mlinfra_lab.tracking.db import current_revision, head_revision
+
+    with fresh_db_url(backend, tmp_path) as url:
+        ctx = mp.get_context("spawn")
+        barrier = ctx.Barrier(OPENERS)
+        procs = [ctx.Process(target=_open_and_log, args=(url, str(tmp_path / "artifacts"), w, barrier))
+                 for w in range(OPENERS)]  # fmt: skip
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+        codes = [p.exitcode for p in procs]
+        assert codes == [0] * OPENERS, f"an opener failed on the fresh database (exit codes {codes}; see stderr)"
+        with TrackingStore(url, str(tmp_path / "artifacts"), default_user="user0", migrate_schema=False) as store:
+            assert current_revision(store.engine) == head_revision(), "the schema is not at the newest revision"
+            assert store.count("runs") == OPENERS and store.count("metrics") == OPENERS
+            assert store.count("artifacts") == OPENERS and store.count("projects") == OPENERS
