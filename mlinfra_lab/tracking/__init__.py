@@ -8,8 +8,10 @@ cache and tiered retention keep storage fast and bounded. Read the modules in th
 - ``schema``     the tables and indexes (Alembic migrations in ``migrations/``)
 - ``db``         engines: SQLite in WAL mode with a busy timeout, or PostgreSQL
 - ``artifacts``  content-addressed, atomic, de-duplicated blobs on any fsspec URL
+- ``writing``    params, tags and upserts of run metadata (hot params promoted)
 - ``run``        a run: batched metric writes, artifacts logged by reference
 - ``query``      the search language, parsed into bound SQLAlchemy expressions
+- ``reading``    search statements, their plans, runs read back as records
 - ``access``     VIEW < READ_ARTIFACTS < WRITE < ADMIN, users and teams
 - ``lineage``    walking the graph forward and backward
 - ``cache``      the LRU disk cache of hot artifacts, verified by hash

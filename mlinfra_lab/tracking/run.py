@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from sqlalchemy import update
 
 from mlinfra_lab.tracking import schema as S
+from mlinfra_lab.tracking import writing
 from mlinfra_lab.tracking.artifacts import check_name
 from mlinfra_lab.tracking.db import write_tx
 from mlinfra_lab.tracking.errors import TrackingError
@@ -110,8 +111,8 @@ class Run:
             best = latest.get(r["key"])
             if best is None or r["step"] >= best["step"]:
                 latest[r["key"]] = r
-        upsert = self.store._upsert(S.latest_metrics, ["run_id", "key"], ["step", "value"],
-                                    guard_step=True)  # fmt: skip
+        upsert = writing.upsert(conn.dialect.name, S.latest_metrics, ("run_id", "key"), ("step", "value"),
+                                guard_step=True)  # fmt: skip
         try:
             conn.execute(S.metrics.insert(), rows)
             conn.execute(upsert, [{k: r[k] for k in ("run_id", "key", "step", "value")}
@@ -126,12 +127,12 @@ class Run:
     def log_params(self, params: dict[str, Any]) -> None:
         self._check_open()
         with write_tx(self.store.engine) as conn:
-            self.store._write_params(conn, self.id, params)
+            writing.write_params(conn, self.id, params)
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._check_open()
         with write_tx(self.store.engine) as conn:
-            self.store._write_tags(conn, self.id, tags)
+            writing.write_tags(conn, self.id, tags)
 
     # -- artifacts -----------------------------------------------------------------
     def log_artifact(self, source: bytes | str | os.PathLike | BinaryIO, name: str,

@@ -16,28 +16,26 @@ Design decisions:
 - Downloads go through a size-bounded LRU cache on local disk (`cache.ArtifactCache`)
   when `cache_dir` is given, and every read is verified against its sha256.
 
-The module is long because it is the facade; the concepts live in their own modules:
-schema, db, query, access, lineage, retention, maintenance, cache, artifacts, run, records.
+- The facade checks access and opens transactions; the SQL of each concept lives in its own
+  module: schema, db, query and reading (search), writing (params, tags, upserts), access,
+  lineage, retention and maintenance, cache, artifacts, run, records.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import getpass
 import hashlib
 import io
-import math
 import os
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
-from sqlalchemy import Connection, and_, bindparam, delete, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, Select, delete, func, select, update
 
-from mlinfra_lab.tracking import access, lineage, maintenance, query
+from mlinfra_lab.tracking import access, lineage, maintenance, reading, writing
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
@@ -54,31 +52,6 @@ from mlinfra_lab.tracking.retention import (
 from mlinfra_lab.tracking.run import Run
 
 __all__ = ["ArtifactInfo", "DatasetRef", "GcReport", "RunInfo", "TrackingStore"]
-
-
-@functools.cache
-def _child_statements() -> dict[str, Any]:
-    """Queries loading params, latest metrics and tags of a page of runs (built once)."""
-    ids = bindparam("ids", expanding=True)
-    p, m, t = S.params, S.latest_metrics, S.tags
-    return {
-        "params": select(p.c.run_id, p.c.key, p.c.value_str).where(p.c.run_id.in_(ids)),
-        "metrics": select(m.c.run_id, m.c.key, m.c.value).where(m.c.run_id.in_(ids)),
-        "tags": select(t.c.run_id, t.c.key, t.c.value).where(t.c.run_id.in_(ids)),
-    }
-
-
-def _number(v: Any) -> float | None:
-    """The numeric value of a param (None for booleans and non-numbers)."""
-    if isinstance(v, bool):
-        return None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-PROBE_COST = 20  # cost of probing one run by primary key / materializing one matching id (measured)
 
 
 class TrackingStore:
@@ -98,7 +71,6 @@ class TrackingStore:
         self.batch_size = batch_size
         self.uncached_reads = 0
         self._known_projects: set[str] = set()
-        self._upserts: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"TrackingStore(db_url={self.db_url!r}, artifact_root={self.artifact_root!r})"
@@ -144,38 +116,6 @@ class TrackingStore:
             if not conn.get_execution_options().get("mlinfra_write"):  # else _write audits it
                 self._audit(user, action, project, target, False)
             raise
-
-    def _upsert(self, table, keys: list[str], values: list[str], guard_step: bool = False):
-        """INSERT ... ON CONFLICT DO UPDATE for this dialect (built once per table, then reused)."""
-        cached = self._upserts.get(table.name)
-        if cached is None:
-            cached = self._upserts[table.name] = self._build_upsert(table, keys, values, guard_step)
-        return cached
-
-    def _build_upsert(self, table, keys: list[str], values: list[str], guard_step: bool):
-        ins = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert(table)
-        where = ins.excluded.step >= table.c.step if guard_step else None
-        return ins.on_conflict_do_update(index_elements=keys,
-                                         set_={v: ins.excluded[v] for v in values}, where=where)  # fmt: skip
-
-    def _write_params(self, conn: Connection, run_id: int, params: dict[str, Any],
-                      hot_done: bool = False) -> None:  # fmt: skip
-        if not params:
-            return
-        rows, hot = [], {}
-        for k, v in params.items():
-            num = _number(v)
-            rows.append({"run_id": run_id, "key": str(k), "value_str": str(v), "value_num": num})
-            if k in S.HOT_PARAMS:
-                hot[S.HOT_PARAMS[k]] = num
-        conn.execute(self._upsert(S.params, ["run_id", "key"], ["value_str", "value_num"]), rows)
-        if hot and not hot_done:
-            conn.execute(update(S.runs).where(S.runs.c.id == run_id).values(**hot))
-
-    def _write_tags(self, conn: Connection, run_id: int, tags: dict[str, Any]) -> None:
-        if tags:
-            rows = [{"run_id": run_id, "key": str(k), "value": str(v)} for k, v in tags.items()]
-            conn.execute(self._upsert(S.tags, ["run_id", "key"], ["value"]), rows)
 
     def _project_of_run(self, conn: Connection, run_id: int) -> str:
         name = conn.execute(select(S.projects.c.name).join(S.runs, S.runs.c.project_id == S.projects.c.id)
@@ -279,12 +219,12 @@ class TrackingStore:
                 if set(nodes) - set(found):
                     raise NotFound(f"inputs not found: {sorted(set(nodes) - set(found))}")
             created = time.time() if start_time is None else float(start_time)
-            hot = {col: _number(params[k]) for k, col in S.HOT_PARAMS.items() if k in params}
+            hot = {col: writing.number(params[k]) for k, col in S.HOT_PARAMS.items() if k in params}
             run_id = conn.execute(S.runs.insert().values(
                 project_id=pid, name=name, status="RUNNING", user=user, code_commit=code_commit,
                 created_at=created, **hot)).inserted_primary_key[0]  # fmt: skip
-            self._write_params(conn, run_id, params, hot_done=True)
-            self._write_tags(conn, run_id, tags or {})
+            writing.write_params(conn, run_id, params, hot_done=True)
+            writing.write_tags(conn, run_id, tags or {})
             edges = [{"src": n, "dst": f"run:{run_id}", "relation": "consumed"} for n in nodes]
             if code_commit:
                 edges.append({"src": f"code:{code_commit}", "dst": f"run:{run_id}", "relation": "ran_code"})
@@ -303,23 +243,7 @@ class TrackingStore:
             conn.execute(S.lineage_edges.insert().values(src=run.node, dst=f"artifact:{aid}", relation="produced"))
         return ArtifactInfo(aid, run.id, name, kind, step, put.sha256, put.size, "hot", pinned, put.uri)
 
-    # -- reading metadata ----------------------------------------------------------
-    def _run_infos(self, conn: Connection, rows: Sequence, names: dict[int, str]) -> list[RunInfo]:
-        ids = [r.id for r in rows]
-        params: dict[int, dict] = {i: {} for i in ids}
-        mets: dict[int, dict] = {i: {} for i in ids}
-        tags: dict[int, dict] = {i: {} for i in ids}
-        if ids:
-            load = _child_statements()
-            for r in conn.execute(load["params"], {"ids": ids}):
-                params[r[0]][r[1]] = r[2]
-            for r in conn.execute(load["metrics"], {"ids": ids}):
-                mets[r[0]][r[1]] = r[2]
-            for r in conn.execute(load["tags"], {"ids": ids}):
-                tags[r[0]][r[1]] = r[2]
-        return [RunInfo(r.id, names[r.project_id], r.name, r.status, r.user, r.code_commit, r.created_at,
-                        r.ended_at, params[r.id], mets[r.id], tags[r.id]) for r in rows]  # fmt: skip
-
+    # -- reading metadata (the SQL is in `reading`) -------------------------------
     def get_run(self, run_id: int, user: str | None = None) -> RunInfo:
         """A run's metadata with its params, latest metrics and tags; needs VIEW."""
         user = self._user(user)
@@ -327,7 +251,7 @@ class TrackingStore:
             project = self._project_of_run(conn, run_id)
             pid = self._require(conn, project, user, Level.VIEW, "view runs", f"run:{run_id}")
             rows = conn.execute(select(S.runs).where(S.runs.c.id == run_id)).all()
-            return self._run_infos(conn, rows, {pid: project})[0]
+            return reading.run_infos(conn, rows, {pid: project})[0]
 
     def metric_history(self, run_id: int, key: str, user: str | None = None) -> list[tuple[int, float]]:
         """Every (step, value) point of one metric of one run, by step; needs VIEW."""
@@ -336,46 +260,6 @@ class TrackingStore:
             self._require(conn, self._project_of_run(conn, run_id), user, Level.VIEW, "view metrics", f"run:{run_id}")
             q = select(m.c.step, m.c.value).where(m.c.run_id == run_id, m.c.key == key).order_by(m.c.step)
             return [(r[0], r[1]) for r in conn.execute(q)]
-
-    def _search_stmt(self, conn: Connection, project: str | Sequence[str] | None, filter: str | None,
-                     order_by: str | None, limit: int, user: str):  # fmt: skip
-        if not 1 <= limit <= 10_000:
-            raise TrackingError(f"limit must be between 1 and 10000, got {limit}")
-        if project is None:
-            pids = access.visible_project_ids(conn, user)
-        else:
-            projects = [project] if isinstance(project, str) else list(project)
-            pids = [self._require(conn, p, user, Level.VIEW, "search runs") for p in projects]
-        names = dict(conn.execute(select(S.projects.c.id, S.projects.c.name).where(S.projects.c.id.in_(pids))).all())
-        r = S.runs
-        stmt = select(r).where(r.c.project_id == pids[0] if len(pids) == 1 else r.c.project_id.in_(pids))
-        cond = query.compile_filter(filter, time.time(), choose=lambda pred: self._plan_choice(conn, pred, limit))
-        if cond is not None:
-            stmt = stmt.where(cond)
-        for i, key in enumerate(query.compile_order_by(order_by)):
-            f = key.field
-            if f.kind == "attr":
-                col = r.c[f.key]
-            else:
-                t = (S.latest_metrics if f.kind == "metrics" else S.params).alias(f"o{i}")
-                stmt = stmt.outerjoin(t, and_(t.c.run_id == r.c.id, t.c.key == f.key))
-                col = t.c.value if f.kind == "metrics" else t.c.value_num
-            stmt = stmt.order_by((col.desc() if key.descending else col.asc()).nulls_last())
-        return stmt.order_by(r.c.created_at.desc(), r.c.id.desc()).limit(limit), names
-
-    def _plan_choice(self, conn: Connection, pred: query.Pred, limit: int) -> str:
-        """"in" (materialize matches) or "exists" (probe runs in creation order) for one conjunct.
-
-        Materializing costs about one unit per matching row; probing about `PROBE_COST`
-        units per run scanned, and the scan needs about ``limit * runs / matches`` runs.
-        Probing wins when ``matches > sqrt(PROBE_COST * limit * runs)``; the count stops
-        at that threshold, so the estimate never costs more than the cheaper plan.
-        """
-        runs = conn.execute(select(func.max(S.runs.c.id))).scalar() or 1  # upper bound, O(1)
-        threshold = int(math.sqrt(PROBE_COST * limit * runs)) + 1
-        capped = pred.matches().limit(threshold).subquery()
-        n = conn.execute(select(func.count()).select_from(capped)).scalar()
-        return "in" if n < threshold else "exists"
 
     def search_runs(self, project: str | Sequence[str] | None, filter: str | None = None,
                     order_by: str | None = None, limit: int = 100,
@@ -387,23 +271,27 @@ class TrackingStore:
         """
         user = self._user(user)
         with self.engine.connect() as conn:
-            stmt, names = self._search_stmt(conn, project, filter, order_by, limit, user)
-            return self._run_infos(conn, conn.execute(stmt).all(), names)
+            stmt, names = self._search(conn, project, filter, order_by, limit, user)
+            return reading.run_infos(conn, conn.execute(stmt).all(), names)
+
+    def _search(self, conn: Connection, project: str | Sequence[str] | None, filter: str | None,
+                order_by: str | None, limit: int, user: str) -> tuple[Select, dict[int, str]]:  # fmt: skip
+        """The search statement over the projects `user` may VIEW, and their names by id."""
+        if project is None:
+            pids = access.visible_project_ids(conn, user)
+        else:
+            projects = [project] if isinstance(project, str) else list(project)
+            pids = [self._require(conn, p, user, Level.VIEW, "search runs") for p in projects]
+        names = dict(conn.execute(select(S.projects.c.id, S.projects.c.name).where(S.projects.c.id.in_(pids))).all())
+        return reading.search_statement(conn, pids, filter, order_by, limit), names
 
     def explain_search(self, project: str, filter: str | None = None, order_by: str | None = None,
                        user: str | None = None) -> list[str]:  # fmt: skip
         """The database's query plan for a search (EXPLAIN QUERY PLAN / EXPLAIN), one line per step."""
         user = self._user(user)
         with self.engine.connect() as conn:
-            stmt, _ = self._search_stmt(conn, project, filter, order_by, 100, user)
-            compiled = stmt.compile(self.engine, compile_kwargs={"literal_binds": False})
-            prefix = "EXPLAIN QUERY PLAN " if self.engine.dialect.name == "sqlite" else "EXPLAIN "
-            params = compiled.params
-            if self.engine.dialect.name == "sqlite":
-                rows = conn.exec_driver_sql(prefix + str(compiled), tuple(params[k] for k in compiled.positiontup))
-                return [str(row[-1]) for row in rows]
-            rows = conn.exec_driver_sql(prefix + str(compiled), params)
-            return [str(row[0]) for row in rows]
+            stmt, _ = self._search(conn, project, filter, order_by, 100, user)
+            return reading.explain(conn, stmt)
 
     # -- artifacts -----------------------------------------------------------------
     def list_artifacts(self, run_id: int, user: str | None = None) -> list[ArtifactInfo]:

@@ -1,0 +1,118 @@
+"""Reading run metadata: the SQL behind `get_run`, `search_runs` and `explain_search`.
+
+Contract: `search_statement(conn, pids, names, filter, order_by, limit)` builds the one
+SELECT that answers a search over the given project ids; `run_infos(conn, rows, names)`
+turns run rows into `RunInfo` records with their params, latest metrics and tags (three
+queries per page, not three per run); `explain(conn, stmt)` returns the database's plan.
+
+Design decisions:
+- No access checks here: the store's facade resolves the caller's grants into the list of
+  project ids first, and these functions only ever see runs of those projects. Keeping
+  the check in one place (`TrackingStore`) makes it easy to see that no read path skips it.
+- Each conjunct of a filter is compiled either as an IN over its materialized matches or
+  as an EXISTS probe per run, whichever `plan_choice` estimates cheaper (see there).
+- The child queries are built once (`functools.cache`) with an expanding bind parameter,
+  so a page of runs costs three cached statements.
+- Only indexed metadata tables are read; the artifact store is never touched.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Select, and_, bindparam, func, select
+
+from mlinfra_lab.tracking import query
+from mlinfra_lab.tracking import schema as S
+from mlinfra_lab.tracking.errors import TrackingError
+from mlinfra_lab.tracking.records import RunInfo
+
+__all__ = ["MAX_LIMIT", "PROBE_COST", "explain", "plan_choice", "run_infos", "search_statement"]
+
+PROBE_COST = 20  # cost of probing one run by primary key / materializing one matching id (measured)
+MAX_LIMIT = 10_000
+
+
+@functools.cache
+def _child_statements() -> dict[str, Any]:
+    """Queries loading params, latest metrics and tags of a page of runs (built once)."""
+    ids = bindparam("ids", expanding=True)
+    p, m, t = S.params, S.latest_metrics, S.tags
+    return {
+        "params": select(p.c.run_id, p.c.key, p.c.value_str).where(p.c.run_id.in_(ids)),
+        "metrics": select(m.c.run_id, m.c.key, m.c.value).where(m.c.run_id.in_(ids)),
+        "tags": select(t.c.run_id, t.c.key, t.c.value).where(t.c.run_id.in_(ids)),
+    }
+
+
+def run_infos(conn: Connection, rows: Sequence, names: dict[int, str]) -> list[RunInfo]:
+    """`RunInfo` records for run rows, with params, latest metrics and tags loaded per page."""
+    ids = [r.id for r in rows]
+    params: dict[int, dict] = {i: {} for i in ids}
+    mets: dict[int, dict] = {i: {} for i in ids}
+    tags: dict[int, dict] = {i: {} for i in ids}
+    if ids:
+        load = _child_statements()
+        for r in conn.execute(load["params"], {"ids": ids}):
+            params[r[0]][r[1]] = r[2]
+        for r in conn.execute(load["metrics"], {"ids": ids}):
+            mets[r[0]][r[1]] = r[2]
+        for r in conn.execute(load["tags"], {"ids": ids}):
+            tags[r[0]][r[1]] = r[2]
+    return [RunInfo(r.id, names[r.project_id], r.name, r.status, r.user, r.code_commit, r.created_at,
+                    r.ended_at, params[r.id], mets[r.id], tags[r.id]) for r in rows]  # fmt: skip
+
+
+def plan_choice(conn: Connection, pred: query.Pred, limit: int) -> str:
+    """"in" (materialize matches) or "exists" (probe runs in creation order) for one conjunct.
+
+    Materializing costs about one unit per matching row; probing about `PROBE_COST`
+    units per run scanned, and the scan needs about ``limit * runs / matches`` runs.
+    Probing wins when ``matches > sqrt(PROBE_COST * limit * runs)``; the count stops
+    at that threshold, so the estimate never costs more than the cheaper plan.
+    """
+    runs = conn.execute(select(func.max(S.runs.c.id))).scalar() or 1  # upper bound, O(1)
+    threshold = int(math.sqrt(PROBE_COST * limit * runs)) + 1
+    capped = pred.matches().limit(threshold).subquery()
+    n = conn.execute(select(func.count()).select_from(capped)).scalar()
+    return "in" if n < threshold else "exists"
+
+
+def search_statement(conn: Connection, pids: Sequence[int], filter: str | None, order_by: str | None,
+                     limit: int) -> Select:  # fmt: skip
+    """The SELECT of the runs of projects `pids` matching `filter`, ordered, at most `limit`.
+
+    Raises `QueryError` for a bad filter or order and `TrackingError` for a
+    limit outside 1..`MAX_LIMIT`. Ties (and no `order_by`) go newest first.
+    """
+    if not 1 <= limit <= MAX_LIMIT:
+        raise TrackingError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+    r = S.runs
+    stmt = select(r).where(r.c.project_id == pids[0] if len(pids) == 1 else r.c.project_id.in_(pids))
+    cond = query.compile_filter(filter, time.time(), choose=lambda pred: plan_choice(conn, pred, limit))
+    if cond is not None:
+        stmt = stmt.where(cond)
+    for i, key in enumerate(query.compile_order_by(order_by)):
+        f = key.field
+        if f.kind == "attr":
+            col = r.c[f.key]
+        else:
+            t = (S.latest_metrics if f.kind == "metrics" else S.params).alias(f"o{i}")
+            stmt = stmt.outerjoin(t, and_(t.c.run_id == r.c.id, t.c.key == f.key))
+            col = t.c.value if f.kind == "metrics" else t.c.value_num
+        stmt = stmt.order_by((col.desc() if key.descending else col.asc()).nulls_last())
+    return stmt.order_by(r.c.created_at.desc(), r.c.id.desc()).limit(limit)
+
+
+def explain(conn: Connection, stmt: Select) -> list[str]:
+    """The database's plan for `stmt` (SQLite: EXPLAIN QUERY PLAN; PostgreSQL: EXPLAIN), one line per step."""
+    compiled = stmt.compile(conn.engine, compile_kwargs={"literal_binds": False})
+    params = compiled.params
+    if conn.dialect.name == "sqlite":
+        rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), tuple(params[k] for k in compiled.positiontup))
+        return [str(row[-1]) for row in rows]
+    return [str(row[0]) for row in conn.exec_driver_sql("EXPLAIN " + str(compiled), params)]

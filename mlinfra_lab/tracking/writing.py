@@ -1,0 +1,74 @@
+"""Writing run metadata rows: params (with hot-param promotion), tags, and upserts per dialect.
+
+Contract: `write_params(conn, run_id, params)` and `write_tags(conn, run_id, tags)` upsert
+key/value rows of one run inside the caller's write transaction; `upsert(dialect, table,
+keys, values)` is the cached ``INSERT ... ON CONFLICT DO UPDATE`` statement they (and the
+metric batches of `run.Run`) execute with many rows at once.
+
+Design decisions:
+- A param is stored as its string and, when it is a number, as a float too (`number`), so
+  a filter like ``params.lr <= 1e-3`` compares numbers, not strings; booleans are not numbers.
+- Params named in `schema.HOT_PARAMS` are also copied into indexed columns of ``runs``
+  (migration 0002), which makes the commonest filters a single-table index range.
+- Upsert statements are built once per (dialect, table) and reused: building and compiling
+  a statement costs more than executing a small batch with it.
+- No access checks here: the store checks WRITE before it opens the transaction.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from sqlalchemy import Connection, Insert, Table, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from mlinfra_lab.tracking import schema as S
+
+__all__ = ["number", "upsert", "write_params", "write_tags"]
+
+
+def number(v: Any) -> float | None:
+    """The numeric value of a param (None for booleans and non-numbers)."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+@functools.cache
+def upsert(dialect: str, table: Table, keys: tuple[str, ...], values: tuple[str, ...],
+           guard_step: bool = False) -> Insert:  # fmt: skip
+    """INSERT ... ON CONFLICT (`keys`) DO UPDATE SET `values` for "sqlite" or "postgresql".
+
+    With `guard_step`, an existing row is only replaced by one with a step at least as
+    large, so the latest value of a metric never moves back in steps.
+    """
+    ins = (postgresql if dialect == "postgresql" else sqlite).insert(table)
+    where = ins.excluded.step >= table.c.step if guard_step else None
+    return ins.on_conflict_do_update(index_elements=list(keys), set_={v: ins.excluded[v] for v in values},
+                                     where=where)  # fmt: skip
+
+
+def write_params(conn: Connection, run_id: int, params: dict[str, Any], hot_done: bool = False) -> None:
+    """Upsert `params` of run `run_id`; also set the hot-param columns unless `hot_done`."""
+    if not params:
+        return
+    rows, hot = [], {}
+    for k, v in params.items():
+        num = number(v)
+        rows.append({"run_id": run_id, "key": str(k), "value_str": str(v), "value_num": num})
+        if k in S.HOT_PARAMS:
+            hot[S.HOT_PARAMS[k]] = num
+    conn.execute(upsert(conn.dialect.name, S.params, ("run_id", "key"), ("value_str", "value_num")), rows)
+    if hot and not hot_done:
+        conn.execute(update(S.runs).where(S.runs.c.id == run_id).values(**hot))
+
+
+def write_tags(conn: Connection, run_id: int, tags: dict[str, Any]) -> None:
+    """Upsert `tags` of run `run_id` (values stored as strings)."""
+    if tags:
+        rows = [{"run_id": run_id, "key": str(k), "value": str(v)} for k, v in tags.items()]
+        conn.execute(upsert(conn.dialect.name, S.tags, ("run_id", "key"), ("value",)), rows)
