@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import argparse
 
-POLICIES = ("async", "sync", "bounded-wait", "bounded-drop", "inverse", "zhang", "dc")
+POLICIES = (
+    "async",
+    "sync",
+    "bounded-wait",
+    "bounded-drop",
+    "inverse",
+    "zhang",
+    "dc",
+    "dc-adaptive",
+)
 
 
 def _policy(name: str, bound: int, lam: float):
@@ -23,6 +32,7 @@ def _policy(name: str, bound: int, lam: float):
         "inverse": lambda: st.StalenessAwareLR(),
         "zhang": lambda: st.StalenessAwareLR.zhang(),
         "dc": lambda: st.DelayCompensated(lam),
+        "dc-adaptive": lambda: st.DelayCompensated(lam, adaptive=True),
     }[name]()
 
 
@@ -153,5 +163,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     s.add_argument("--seed", type=int, default=0, help="seed of speeds and minibatches")
     s.add_argument("--momentum", type=float, default=0.0, help="server momentum (default 0)")
     s.add_argument("--bound", type=int, default=8, help="max staleness (bounded-* policies)")
-    s.add_argument("--lam", type=float, default=1.0, help="DC-ASGD lambda (dc policy)")
+    s.add_argument(
+        "--lam",
+        type=float,
+        default=1.0,
+        help="DC-ASGD lambda (dc policy; lambda_0 for dc-adaptive)",
+    )
     s.set_defaults(func=_simulate)
