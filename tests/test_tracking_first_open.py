@@ -1,9 +1,12 @@
-"""Several processes opening a brand-new database at the same moment: one creates the schema.
+"""Several processes using something for the first time at the same moment: one creates it.
 
 The first `TrackingStore` on an empty database runs the Alembic migrations. When several
 processes open it at once, the upgrade must run once and the others must wait for it and
 then see the finished schema (`db.migrate` serialises it: BEGIN IMMEDIATE on SQLite, an
 advisory lock on PostgreSQL). Each process then logs a run, which needs every table.
+Likewise the first runs of a new project by a new user, started at once: one process
+creates the project and the principal, the others use them (INSERT ... ON CONFLICT DO
+NOTHING, then read back), and nobody fails on the unique index.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import multiprocessing as mp
 
 import pytest
 
-from mlinfra_lab.tracking.testing import available_backends, fresh_db_url
+from mlinfra_lab.tracking.testing import available_backends, fresh_db_url, fresh_store
 
 pytestmark = pytest.mark.tracking
 
@@ -51,3 +54,32 @@ def test_concurrent_first_open_migrates_once_and_every_opener_can_log(backend, t
             assert current_revision(store.engine) == head_revision(), "the schema is not at the newest revision"
             assert store.count("runs") == OPENERS and store.count("metrics") == OPENERS
             assert store.count("artifacts") == OPENERS and store.count("projects") == OPENERS
+
+
+def _first_run_of_shared_project(db_url: str, artifact_root: str, worker: int, barrier) -> None:
+    from mlinfra_lab.tracking import TrackingStore
+
+    with TrackingStore(db_url, artifact_root, default_user="newcomer", migrate_schema=False) as store:
+        barrier.wait()  # all four see no project "shared" and no principal "newcomer" yet
+        store.start_run("shared", name=f"w{worker}", params={"worker": worker}).end()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_concurrent_first_runs_of_a_new_project_by_a_new_user_all_succeed(backend, tmp_path):
+    from mlinfra_lab.tracking import Level
+
+    with fresh_store(backend, tmp_path) as store:
+        ctx = mp.get_context("spawn")
+        barrier = ctx.Barrier(OPENERS)
+        procs = [ctx.Process(target=_first_run_of_shared_project, args=(store.db_url, store.artifact_root, w, barrier))
+                 for w in range(OPENERS)]  # fmt: skip
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+        codes = [p.exitcode for p in procs]
+        assert codes == [0] * OPENERS, f"a first run of the new project failed (exit codes {codes}; see stderr)"
+        assert store.count("projects") == 1 and store.count("runs") == OPENERS
+        assert store.count("principals") == 1, "the new user must be one principal, created once"
+        assert store.count("grants") == 1, "exactly one process (the creator) grants ADMIN"
+        assert store.level("shared", user="newcomer") == Level.ADMIN

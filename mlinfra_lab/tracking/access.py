@@ -34,6 +34,7 @@ from sqlalchemy import Connection, bindparam, func, select, union_all
 
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import NotFound, PermissionDenied, TrackingError
+from mlinfra_lab.tracking.writing import insert_ignoring_conflicts
 
 __all__ = ["Level", "effective_level", "ensure_principal", "require", "visible_project_ids"]
 
@@ -64,13 +65,15 @@ def ensure_principal(conn: Connection, name: str, kind: str = "user") -> int:
     """Id of principal `name`, created as a `kind` ("user" or "team") when missing."""
     if not name or len(name) > 200:
         raise TrackingError(f"principal name must be 1..200 characters, got {name!r}")
-    row = conn.execute(select(S.principals.c.id, S.principals.c.kind).where(
-        S.principals.c.name == name)).first()  # fmt: skip
-    if row is not None:
-        if row.kind != kind:
-            raise TrackingError(f"{name!r} is a {row.kind}, not a {kind}")
-        return row.id
-    return conn.execute(S.principals.insert().values(name=name, kind=kind)).inserted_primary_key[0]
+    p = S.principals
+    find = select(p.c.id, p.c.kind).where(p.c.name == name)
+    row = conn.execute(find).first()
+    if row is None:  # another process may be adding the same name right now: one insert wins
+        conn.execute(insert_ignoring_conflicts(conn.dialect.name, p).values(name=name, kind=kind))
+        row = conn.execute(find).first()
+    if row.kind != kind:
+        raise TrackingError(f"{name!r} is a {row.kind}, not a {kind}")
+    return row.id
 
 
 def _principal_ids(user):  # noqa: ANN001 (a str or a bindparam)

@@ -133,7 +133,10 @@ class TrackingStore:
             if pid is not None:
                 access.require(conn, name, user, Level.VIEW, "see")
                 return pid
-            pid = conn.execute(S.projects.insert().values(name=name, created_at=time.time())).inserted_primary_key[0]
+            ins = writing.insert_ignoring_conflicts(conn.dialect.name, S.projects)
+            pid = conn.execute(ins.values(name=name, created_at=time.time()).returning(S.projects.c.id)).scalar()
+            if pid is None:  # created by a concurrent transaction since the check above
+                return access.require(conn, name, user, Level.VIEW, "see")
             uid = access.ensure_principal(conn, user)
             conn.execute(S.grants.insert().values(project_id=pid, principal_id=uid, level=int(Level.ADMIN)))
             self._audit(user, "create_project", name, None, True, conn)

@@ -12,6 +12,8 @@ Design decisions:
   (migration 0002), which makes the commonest filters a single-table index range.
 - Upsert statements are built once per (dialect, table) and reused: building and compiling
   a statement costs more than executing a small batch with it.
+- Rows that concurrent first users may both create (projects, principals) are inserted
+  with `insert_ignoring_conflicts` and read back, so the race has one winner, no error.
 - No access checks here: the store checks WRITE before it opens the transaction.
 """
 
@@ -25,7 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from mlinfra_lab.tracking import schema as S
 
-__all__ = ["number", "upsert", "write_params", "write_tags"]
+__all__ = ["insert_ignoring_conflicts", "number", "upsert", "write_params", "write_tags"]
 
 
 def number(v: Any) -> float | None:
@@ -50,6 +52,16 @@ def upsert(dialect: str, table: Table, keys: tuple[str, ...], values: tuple[str,
     where = ins.excluded.step >= table.c.step if guard_step else None
     return ins.on_conflict_do_update(index_elements=list(keys), set_={v: ins.excluded[v] for v in values},
                                      where=where)  # fmt: skip
+
+
+def insert_ignoring_conflicts(dialect: str, table: Table) -> Insert:
+    """INSERT ... ON CONFLICT DO NOTHING for "sqlite" or "postgresql".
+
+    For rows that several processes may create at once (a project or a principal seen for
+    the first time): on PostgreSQL the loser waits for the winner's commit and then inserts
+    nothing instead of failing on the unique index; read the row back afterwards.
+    """
+    return (postgresql if dialect == "postgresql" else sqlite).insert(table).on_conflict_do_nothing()
 
 
 def write_params(conn: Connection, run_id: int, params: dict[str, Any], hot_done: bool = False) -> None:
