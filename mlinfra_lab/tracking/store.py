@@ -10,12 +10,12 @@ Design decisions:
 - The database holds metadata and artifact *references* (URI + sha256 + size); bytes live
   in the blob store (`artifacts.BlobStore`), content-addressed and de-duplicated.
 - The schema is created and upgraded by Alembic migrations when the store opens
-  (``migrate=True``), so an old database file keeps working after an upgrade.
+  (``migrate_schema=True``), so an old database file keeps working after an upgrade;
+  several processes may open a new database at once (`db.migrate` serialises them).
 - Every public method takes ``user=``; None means the store's `default_user` (the OS
   user unless given). There is no bypass: the default user is checked like anyone else.
 - Downloads go through a size-bounded LRU cache on local disk (`cache.ArtifactCache`)
   when `cache_dir` is given, and every read is verified against its sha256.
-
 - The facade checks access and opens transactions; the SQL of each concept lives in its own
   module: schema, db, query and reading (search), writing (params, tags, upserts), access,
   lineage, retention and maintenance, cache, artifacts, run, records.
