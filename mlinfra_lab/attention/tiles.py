@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from mlinfra_lab.attention._checks import KERNEL_HEAD_DIM_RANGE
+
 __all__ = ["TileConfigError", "TileTiming", "TileTimingNeedsGPUError", "check_tile_config",
            "time_forward_tile"]
 
@@ -95,8 +97,9 @@ def check_tile_config(block_m: int, block_n: int, num_warps: int = 8, num_stages
     for name, val in (("batch", batch), ("heads", heads), ("seq", seq)):
         if not isinstance(val, int) or val < 1:
             raise TileConfigError(f"{name}={val!r}: use a positive integer")
-    if not isinstance(head_dim, int) or not 16 <= head_dim <= 128:
-        raise TileConfigError(f"head_dim={head_dim!r}: the kernel takes 16 to 128")
+    lo, hi = KERNEL_HEAD_DIM_RANGE
+    if not isinstance(head_dim, int) or not lo <= head_dim <= hi:
+        raise TileConfigError(f"head_dim={head_dim!r}: the kernel takes {lo} to {hi}")
     if version not in (1, 2):
         raise TileConfigError(f"version={version!r}: use 1 or 2")
 
@@ -133,7 +136,7 @@ def time_forward_tile(block_m: int, block_n: int, num_warps: int = 8, num_stages
     from triton.testing import do_bench
 
     from mlinfra_lab.attention import _flash_kernels as fk
-    from mlinfra_lab.attention.flash import LOG2E, _block_d
+    from mlinfra_lab.attention.flash import LOG2E, _block_d, _cdiv
     from mlinfra_lab.attention.traffic import attention_flops
 
     b, h, n, d = batch, heads, seq, head_dim
@@ -146,7 +149,7 @@ def time_forward_tile(block_m: int, block_n: int, num_warps: int = 8, num_stages
         fk.set_descriptor_allocator()
     meta = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=block_m,
                 BLOCK_N=block_n, PRECISION="tf32", num_warps=num_warps, num_stages=num_stages)
-    grid = (-(-n // block_m), b * h)
+    grid = (_cdiv(n, block_m), b * h)
     base = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                 batch=b, heads=h, seq=n, head_dim=d, causal=causal, version=version,
                 dtype=str(q.dtype).removeprefix("torch."))
