@@ -122,6 +122,8 @@ def staleness_loss_correlation(
         )
     if not 0 <= burn_in < 1:
         raise StalenessConfigError(f"burn_in is a fraction in [0, 1), got {burn_in}")
+    if stat not in _STATS:
+        raise StalenessConfigError(f"stat must be one of {sorted(_STATS)}, got {stat!r}")
     start = int(burn_in * result.updates)
     edges = np.arange(start, result.updates + 1, window)
     if edges.shape[0] < 6:
@@ -130,8 +132,6 @@ def staleness_loss_correlation(
             "use a smaller window or a longer run (at least 5 windows)"
         )
     y = _window_effect(result, edges, effect)  # (W,)
-    if stat not in _STATS:
-        raise StalenessConfigError(f"stat must be one of {sorted(_STATS)}, got {stat!r}")
     per_window = result.staleness[edges[0] : edges[-1]].reshape(-1, window).astype(float)
     x = _STATS[stat](per_window)  # (W,)
     rx, ry = _ranks(x), _ranks(y)

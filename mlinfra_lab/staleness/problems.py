@@ -107,16 +107,12 @@ class Problem:
     def num_params(self) -> int:
         return sum(p.numel() for p in self.module.parameters())
 
-    def _names_shapes(self) -> list[tuple[str, torch.Size]]:
-        return [(n, p.shape) for n, p in self.module.named_parameters()]
-
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """The module's parameter dict viewed out of one flat vector (P,)."""
         out, offset = {}, 0
-        for name, shape in self._names_shapes():
-            n = int(np.prod(shape)) if len(shape) else 1
-            out[name] = flat[offset : offset + n].view(shape)
-            offset += n
+        for name, p in self.module.named_parameters():
+            out[name] = flat[offset : offset + p.numel()].view(p.shape)
+            offset += p.numel()
         return out
 
     def initial_params(self) -> torch.Tensor:

@@ -119,8 +119,6 @@ class WorkerSpeeds:
         """n workers of which `which` are persistently `slow_factor` times slower."""
         slow = {which} if isinstance(which, int) else set(which)
         times = tuple(time * (slow_factor if w in slow else 1.0) for w in range(n))
-        if n < 1:
-            times = ()
         return cls(times, sigma=sigma, name=f"straggler({n}, x{slow_factor:g}, {sorted(slow)})")
 
     @classmethod
@@ -171,7 +169,7 @@ class WorkerSpeeds:
 
 
 def _times(n: int, time: float) -> tuple[float, ...]:
-    return tuple([float(time)] * max(n, 0))
+    return (float(time),) * n  # n < 1: no workers, which WorkerSpeeds rejects
 
 
 class SpeedSampler:
