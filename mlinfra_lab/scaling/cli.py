@@ -102,8 +102,7 @@ def _nccl_log(args: argparse.Namespace) -> int:
     except OSError as err:
         raise CommandError(f"{args.log}: cannot read ({err.strerror})") from None
     parsed = parse_nccl_log(text)
-    print(json.dumps({**parsed.__dict__, "slow": parsed.slow, "verdict": parsed.verdict},
-                     indent=1) if args.json else parsed.verdict)
+    print(json.dumps(parsed.as_dict(), indent=1) if args.json else parsed.verdict)
     return 0
 
 

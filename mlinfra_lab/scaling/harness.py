@@ -202,6 +202,7 @@ def run_rank(config: RunConfig, out_trace: str | None = None,
             if step < config.warmup:
                 continue
             ready = timer.last_ready if timer.last_ready is not None else m3
+            buckets = [[clock.seconds(m0, s), clock.seconds(m0, e)] for s, e, _ in timer.buckets]
             steps.append({
                 "data_wait": clock.seconds(m0, m1),
                 "forward": clock.seconds(m1, m2),
@@ -209,10 +210,8 @@ def run_rank(config: RunConfig, out_trace: str | None = None,
                 "exposed_comm": clock.seconds(ready, m3),
                 "optimizer": clock.seconds(m3, m4),
                 "step": wall,
-                "comm_total": _busy([(clock.seconds(m0, s), clock.seconds(m0, e))
-                                     for s, e, _ in timer.buckets]),
-                "buckets_s": [[clock.seconds(m0, s), clock.seconds(m0, e)]
-                              for s, e, _ in timer.buckets],
+                "comm_total": _busy(buckets),
+                "buckets_s": buckets,
                 "comm_bytes": float(sum(b for _, _, b in timer.buckets)),
                 "loss": float(loss.detach()),
             })
@@ -228,7 +227,7 @@ def run_rank(config: RunConfig, out_trace: str | None = None,
     return record
 
 
-def _busy(intervals: list[tuple[float, float]]) -> float:
+def _busy(intervals: list[list[float]]) -> float:
     """Length of the union of (start, end) intervals: time some all-reduce was in flight."""
     total, end = 0.0, float("-inf")
     for a, b in sorted(intervals):

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 __all__ = ["NcclTransport", "parse_nccl_log"]
 
@@ -39,6 +40,10 @@ class NcclTransport:
     nranks: int | None = None
     nnodes: int | None = None
     version: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The parsed fields plus `slow` and `verdict`, as the CLI and result files store them."""
+        return {**asdict(self), "slow": self.slow, "verdict": self.verdict}
 
     @property
     def slow(self) -> bool:

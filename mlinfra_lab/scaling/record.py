@@ -56,8 +56,7 @@ def record(out: Path, world_sizes: list[int], batches: list[int], faults: list[s
         log_path.write_text(log)
         sweep = {"kind": "allreduce", "nproc": n, "environment": environment(), "rows": rows,
                  "fit": fit_alpha_beta(rows).as_dict(),
-                 "nccl": {**transport.__dict__, "slow": transport.slow,
-                          "verdict": transport.verdict, "log": log_path.name}}
+                 "nccl": {**transport.as_dict(), "log": log_path.name}}
         path = out / f"{prefix}-allreduce-{n}gpu.json"
         path.write_text(json.dumps(sweep, indent=1))
         written += [log_path, path]
