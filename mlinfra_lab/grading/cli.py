@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from mlinfra_lab.cli import CommandError
+
+if TYPE_CHECKING:
+    from .execute import ExecutionConfig
 
 GRADE_EPILOG = """\
 Which lab and which student:
@@ -35,11 +39,15 @@ each and make the exit status 1 after the rest is graded.
 """
 
 
-def _check_limits(args: argparse.Namespace) -> None:
+def _execution_config(args: argparse.Namespace) -> ExecutionConfig:
+    """The `ExecutionConfig` of ``--timeout`` and ``--jobs``; `CommandError` if out of range."""
+    from .execute import ExecutionConfig
+
     if args.timeout <= 0:
         raise CommandError("--timeout must be a positive number of seconds")
     if args.jobs < 1:
         raise CommandError("--jobs must be at least 1")
+    return ExecutionConfig(cell_timeout=args.timeout, jobs=args.jobs)
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -61,12 +69,10 @@ def _release(args: argparse.Namespace) -> int:
 
 def _grade(args: argparse.Namespace) -> int:
     from .errors import GradingError
-    from .execute import ExecutionConfig
     from .grade import grade_submissions
     from .gradebook import write_gradebook
 
-    _check_limits(args)
-    config = ExecutionConfig(cell_timeout=args.timeout, jobs=args.jobs)
+    config = _execution_config(args)
     try:
         report = grade_submissions(args.submissions, args.source, config, progress=True)
     except GradingError as err:
@@ -84,13 +90,11 @@ def _grade(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from .errors import GradingError
-    from .execute import ExecutionConfig
     from .validate import validate_labs
 
-    _check_limits(args)
+    config = _execution_config(args)
     try:
-        report = validate_labs(args.labs, ExecutionConfig(cell_timeout=args.timeout,
-                                                          jobs=args.jobs), progress=True)
+        report = validate_labs(args.labs, config, progress=True)
     except GradingError as err:
         raise CommandError(str(err)) from err
     for line in report.checked:

@@ -34,6 +34,7 @@ from .markers import (
 )
 
 __all__ = [
+    "clear_outputs",
     "lab_notebooks",
     "read_notebook",
     "release_dir",
@@ -64,9 +65,18 @@ def lab_notebooks(src: Path | str) -> list[Path]:
     return sorted(p for p in src.glob("*.ipynb") if p.is_file())
 
 
+def clear_outputs(cells: list[Any]) -> None:
+    """Empty the outputs and execution counts of the code cells of `cells`, in place."""
+    for cell in cells:
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+
+
 def release_node(nb: Any, lab: str) -> Any:
     """Return the student version of notebook node `nb` (a deep copy; `nb` is unchanged)."""
     out = copy.deepcopy(nb)
+    clear_outputs(out.cells)
     checksums = {g.cell_id: g.checksum for g in grader_cells(nb, lab)}
     for index, cell in enumerate(out.cells):
         where = f"{lab}: cell {cell.get('id') or f'#{index}'}"
@@ -75,8 +85,6 @@ def release_node(nb: Any, lab: str) -> Any:
                 raise MarkerError(f"{where} is a {cell.cell_type} cell with solution or "
                                   "hidden-test markers; markers belong in code cells")
             continue
-        cell.outputs = []
-        cell.execution_count = None
         if is_grader(cell):
             cell.source = strip_hidden(cell.source, where)
             cell.metadata["checksum"] = checksums[cell.id]

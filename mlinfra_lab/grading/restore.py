@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .markers import GraderCell
+from .release import clear_outputs
 from .submissions import SourceLab
 
 __all__ = ["RestoreNote", "restore_graders"]
@@ -91,9 +92,6 @@ def restore_graders(submission_nb: Any, lab: SourceLab) -> tuple[Any, dict[str, 
                 position = present[previous.get("id")] + 1
                 break
         cells.insert(position, copy.deepcopy(source_cells[grader.index]))
-    for cell in cells:
-        if cell.get("cell_type") == "code":
-            cell["outputs"] = []
-            cell["execution_count"] = None
+    clear_outputs(cells)
     nb.cells = cells
     return nb, notes

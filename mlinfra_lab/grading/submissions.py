@@ -33,6 +33,7 @@ __all__ = [
     "SubmissionProblem",
     "find_submissions",
     "load_source_labs",
+    "read_source_lab",
 ]
 
 _SEPARATORS = "_-. "
@@ -69,12 +70,15 @@ class SubmissionProblem:
         return f"{self.path}: {self.message}"
 
 
+def read_source_lab(path: Path) -> SourceLab:
+    """Read one source lab; raises `SourceLabError`/`MarkerError` on a bad lab."""
+    nb = read_notebook(path)
+    return SourceLab(path.stem, path, nb, tuple(grader_cells(nb, path.stem)))
+
+
 def load_source_labs(source: Path | str) -> dict[str, SourceLab]:
     """Read every source lab of `source`; raises `SourceLabError`/`MarkerError` on bad labs."""
-    labs = {}
-    for path in lab_notebooks(source):
-        nb = read_notebook(path)
-        labs[path.stem] = SourceLab(path.stem, path, nb, tuple(grader_cells(nb, path.stem)))
+    labs = {path.stem: read_source_lab(path) for path in lab_notebooks(source)}
     if not labs:
         raise SourceLabError(f"{source}: no *.ipynb source labs found")
     return labs

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from .errors import GradingError
 from .execute import ExecutionConfig, run_notebooks
-from .release import lab_notebooks, read_notebook, release_node
-from .submissions import SourceLab
+from .release import clear_outputs, lab_notebooks, release_node
+from .submissions import SourceLab, read_source_lab
 
 __all__ = ["ValidationProblem", "ValidationReport", "validate_labs"]
 
@@ -63,21 +63,11 @@ class ValidationReport:
         return not self.problems
 
 
-def _clear(nb):
-    nb = copy.deepcopy(nb)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    return nb
-
-
 def validate_labs(
     labs: Path | str, config: ExecutionConfig | None = None, progress: bool = False
 ) -> ValidationReport:
     """Validate every lab of `labs` (a notebook or a folder of them); `progress` shows a bar."""
     import nbformat
-
-    from .markers import grader_cells
 
     config = config or ExecutionConfig()
     problems: list[ValidationProblem] = []
@@ -85,9 +75,8 @@ def validate_labs(
     runnable: list[tuple[SourceLab, object]] = []  # (lab, its released notebook)
     for path in lab_notebooks(labs):
         try:
-            nb = read_notebook(path)
-            lab = SourceLab(path.stem, path, nb, tuple(grader_cells(nb, path.stem)))
-            released = release_node(nb, lab.name)
+            lab = read_source_lab(path)
+            released = release_node(lab.notebook, lab.name)
         except GradingError as err:
             problems.append(ValidationProblem(path.stem, "", "", str(err)))
             continue
@@ -104,7 +93,9 @@ def validate_labs(
         for lab, released in runnable:
             src_path = Path(tmp) / "source" / f"{lab.name}.ipynb"
             rel_path = Path(tmp) / "release" / f"{lab.name}.ipynb"
-            for target, nb in ((src_path, _clear(lab.notebook)), (rel_path, released)):
+            source = copy.deepcopy(lab.notebook)
+            clear_outputs(source.cells)
+            for target, nb in ((src_path, source), (rel_path, released)):
                 target.parent.mkdir(exist_ok=True)
                 nbformat.write(nb, str(target))
             pairs.append((lab, src_path.resolve(), rel_path.resolve()))
