@@ -98,7 +98,8 @@ class ArtifactReport:
     manifest_entries: int  # files whose size and hash matched the manifest
 
 
-def _check_schema(path: Path, schema: dict[str, Any]) -> Any:
+def _check_schema(path: Path, schema: dict[str, Any]) -> tuple[Any, str]:
+    """The parsed document and its text, or `ArtifactError` at the most relevant violation."""
     import jsonschema
 
     doc, text = load_json(path, what="artifact", error=ArtifactError)
@@ -112,11 +113,10 @@ def _check_schema(path: Path, schema: dict[str, Any]) -> Any:
             f"{path}:{line_of(text, list(error.absolute_path))}: schema violation at "
             f"{where}: {error.message}"
         )
-    return doc
+    return doc, text
 
 
-def _check_manifest(run_dir: Path, manifest: dict[str, Any]) -> int:
-    text = (run_dir / "manifest.json").read_text()
+def _check_manifest(run_dir: Path, manifest: dict[str, Any], text: str) -> int:
     for i, item in enumerate(manifest["files"]):
         line = line_of(text, ["files", i])
         target = run_dir / item["path"]
@@ -146,7 +146,7 @@ def validate_artifacts(
         if not path.is_file():
             raise ArtifactError(f"{path}: expected artifact is missing")
         if file_schema is not None:
-            doc = _check_schema(path, file_schema)
+            doc, text = _check_schema(path, file_schema)
             if name == "manifest.json":
-                entries = _check_manifest(run_dir, doc)
+                entries = _check_manifest(run_dir, doc, text)
     return ArtifactReport(run_dir, tuple(schema), entries)

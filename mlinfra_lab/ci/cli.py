@@ -14,6 +14,7 @@ from pathlib import Path
 from mlinfra_lab.cli import CommandError
 
 DEFAULT_REFERENCE = Path("tests/references/train_tiny.json")
+DEFAULT_LOCK = Path("requirements.lock")
 
 
 def _augment_seed(text: str) -> str | int | None:
@@ -165,6 +166,16 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_lock_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "lock",
+        nargs="?",
+        type=Path,
+        default=DEFAULT_LOCK,
+        help=f"lock file (default {DEFAULT_LOCK})",
+    )
+
+
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``train`` and ``ci`` to the ``mlinfra-lab`` command."""
     b = bench.add_parser(
@@ -175,7 +186,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     b.add_argument("--repeats", type=int, default=5, help="timed repeats, median (default 5)")
     b.add_argument("--fresh-runs", type=int, default=2, help="fresh processes timed (default 2)")
-    b.add_argument("--lock", type=Path, default=Path("requirements.lock"), help="lock file")
+    b.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="lock file")
     b.add_argument("--out", type=Path, default=None, help="JSON file (default benchmarks/results/)")
     b.set_defaults(func=_bench)
 
@@ -208,13 +219,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p = sub.add_parser(
         "check-lock", help="compare requirements.lock with the installed packages; exit 1 on drift"
     )
-    p.add_argument(
-        "lock",
-        nargs="?",
-        type=Path,
-        default=Path("requirements.lock"),
-        help="lock file (default requirements.lock)",
-    )
+    _add_lock_argument(p)
     p.add_argument(
         "--show-extra",
         action="store_true",
@@ -225,13 +230,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p = sub.add_parser(
         "lock", help="write the installed packages as pinned name==version lines (make lock)"
     )
-    p.add_argument(
-        "lock",
-        nargs="?",
-        type=Path,
-        default=Path("requirements.lock"),
-        help="lock file (default requirements.lock)",
-    )
+    _add_lock_argument(p)
     p.set_defaults(func=_lock)
 
     p = sub.add_parser("validate", help="check a train run's artifacts against their JSON schemas")

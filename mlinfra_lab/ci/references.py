@@ -79,10 +79,10 @@ def _as_list(value: float | Sequence[float]) -> list[float]:
     return [float(v) for v in value]
 
 
-def _write(path: Path, name: str, value: Any, atol: float, rtol: float, reason: str) -> None:
-    entries: dict[str, Any] = {}
-    if path.exists():
-        entries, _ = load_json(path, what="reference file", error=ReferenceFileError)
+def _write(
+    path: Path, entries: dict[str, Any], name: str, value: Any, atol: float, rtol: float,
+    reason: str,
+) -> None:
     import importlib.metadata as md
 
     entries[name] = {
@@ -104,26 +104,21 @@ def _write(path: Path, name: str, value: Any, atol: float, rtol: float, reason: 
 def _entry(path: Path, name: str) -> tuple[dict[str, Any], int]:
     """The stored entry `name` and the line it starts on."""
     entries, text = load_json(path, what="reference file", hint=_HINT, error=ReferenceFileError)
+    if not isinstance(entries, dict):
+        raise ReferenceFileError(f"{path}:1: a reference file holds one JSON object")
+    if name not in entries:
+        known = ", ".join(sorted(entries)) or "none"
+        raise ReferenceFileError(f"{path}:1: no reference named {name!r} (known: {known}); {_HINT}")
+    entry, line = entries[name], line_of(text, [name])
+    if not isinstance(entry, dict) or "value" not in entry:
+        raise ReferenceFileError(
+            f"{path}:{line}: reference {name!r} needs a 'value' (and 'atol', 'rtol')"
+        )
     try:
-        if not isinstance(entries, dict):
-            raise ReferenceFileError(f"{path}:1: a reference file holds one JSON object")
-        if name not in entries:
-            known = ", ".join(sorted(entries)) or "none"
-            raise ReferenceFileError(
-                f"{path}:1: no reference named {name!r} (known: {known}); {_HINT}"
-            )
-        entry = entries[name]
-        line = line_of(text, [name])
-        if not isinstance(entry, dict) or "value" not in entry:
-            raise ReferenceFileError(
-                f"{path}:{line}: reference {name!r} needs a 'value' (and 'atol', 'rtol')"
-            )
         _as_list(entry["value"])
     except (TypeError, ValueError) as err:
-        if isinstance(err, ReferenceFileError):
-            raise
         raise ReferenceFileError(
-            f"{path}:{line_of(text, [name])}: reference {name!r} has a value that is not "
+            f"{path}:{line}: reference {name!r} has a value that is not "
             f"a number or a list of numbers: {err}"
         ) from None
     return entry, line
@@ -148,12 +143,13 @@ def assert_close_to_reference(
     reason = update_mode(update)
     if reason is not None:
         stored = value if isinstance(value, int | float) else _as_list(value)
-        old: dict[str, Any] = {}
+        entries: dict[str, Any] = {}
         if path.exists():
             entries, _ = load_json(path, what="reference file", error=ReferenceFileError)
-            old = entries.get(name, {}) if isinstance(entries, dict) else {}
+        old = entries.get(name, {}) if isinstance(entries, dict) else {}
         _write(
             path,
+            entries,
             name,
             stored,
             atol if atol is not None else old.get("atol", DEFAULT_ATOL),

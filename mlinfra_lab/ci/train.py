@@ -29,10 +29,11 @@ versions only; across machines compare with a tolerance band (``references.py``)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -247,16 +248,12 @@ def train_tiny(
     """
     if config is None:
         config = TrainConfig(steps=steps, examples=examples, seed=seed, augment_seed=augment_seed)
-    if config.deterministic:
-        with deterministic():
-            result = _train(config, on_step)
-    else:
+    with deterministic() if config.deterministic else contextlib.nullcontext():
         result = _train(config, on_step)
     if out_dir is None:
         return result
-    out = Path(out_dir)
-    result = TrainResult(config, result.losses, result.seeds, out, result.model, result.optimizer)
-    _write_artifacts(result, out)
+    result = replace(result, out_dir=Path(out_dir))
+    _write_artifacts(result, result.out_dir)
     return result
 
 
