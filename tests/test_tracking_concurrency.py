@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 
 import pytest
 
-from mlinfra_lab.tracking.testing import available_backends, fresh_store
+from mlinfra_lab.tracking.testing import available_backends, fresh_store, run_together
 
 pytestmark = pytest.mark.tracking
 
@@ -35,15 +34,8 @@ def _writer(db_url: str, artifact_root: str, worker: int, barrier) -> None:
 def test_four_writer_processes_lose_nothing(backend, tmp_path):
     with fresh_store(backend, tmp_path) as store:
         store.create_project("shared")
-        ctx = mp.get_context("spawn")
-        barrier = ctx.Barrier(WRITERS)
-        procs = [ctx.Process(target=_writer, args=(store.db_url, store.artifact_root, w, barrier))
-                 for w in range(WRITERS)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout=120)
-        assert [p.exitcode for p in procs] == [0] * WRITERS, "a writer process failed (see its stderr)"
+        codes = run_together(_writer, WRITERS, store.db_url, store.artifact_root)
+        assert codes == [0] * WRITERS, "a writer process failed (see its stderr)"
         assert store.count("runs") == WRITERS * RUNS
         assert store.count("metrics") == WRITERS * RUNS * STEPS * KEYS, "metric rows were lost"
         assert store.count("latest_metrics") == WRITERS * RUNS * KEYS

@@ -11,11 +11,9 @@ NOTHING, then read back), and nobody fails on the unique index.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-
 import pytest
 
-from mlinfra_lab.tracking.testing import available_backends, fresh_db_url, fresh_store
+from mlinfra_lab.tracking.testing import available_backends, fresh_db_url, fresh_store, run_together
 
 pytestmark = pytest.mark.tracking
 
@@ -40,15 +38,7 @@ def test_concurrent_first_open_migrates_once_and_every_opener_can_log(backend, t
     from mlinfra_lab.tracking.db import current_revision, head_revision
 
     with fresh_db_url(backend, tmp_path) as url:
-        ctx = mp.get_context("spawn")
-        barrier = ctx.Barrier(OPENERS)
-        procs = [ctx.Process(target=_open_and_log, args=(url, str(tmp_path / "artifacts"), w, barrier))
-                 for w in range(OPENERS)]  # fmt: skip
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout=120)
-        codes = [p.exitcode for p in procs]
+        codes = run_together(_open_and_log, OPENERS, url, str(tmp_path / "artifacts"))
         assert codes == [0] * OPENERS, f"an opener failed on the fresh database (exit codes {codes}; see stderr)"
         with TrackingStore(url, str(tmp_path / "artifacts"), default_user="user0", migrate_schema=False) as store:
             assert current_revision(store.engine) == head_revision(), "the schema is not at the newest revision"
@@ -69,15 +59,7 @@ def test_concurrent_first_runs_of_a_new_project_by_a_new_user_all_succeed(backen
     from mlinfra_lab.tracking import Level
 
     with fresh_store(backend, tmp_path) as store:
-        ctx = mp.get_context("spawn")
-        barrier = ctx.Barrier(OPENERS)
-        procs = [ctx.Process(target=_first_run_of_shared_project, args=(store.db_url, store.artifact_root, w, barrier))
-                 for w in range(OPENERS)]  # fmt: skip
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout=120)
-        codes = [p.exitcode for p in procs]
+        codes = run_together(_first_run_of_shared_project, OPENERS, store.db_url, store.artifact_root)
         assert codes == [0] * OPENERS, f"a first run of the new project failed (exit codes {codes}; see stderr)"
         assert store.count("projects") == 1 and store.count("runs") == OPENERS
         assert store.count("principals") == 1, "the new user must be one principal, created once"

@@ -107,7 +107,6 @@ class BlobStore:
     def __init__(self, root: str, **storage_options):
         self.root = root.rstrip("/")
         self.fs, self._root_path = fsspec.core.url_to_fs(self.root, **storage_options)
-        self.protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
 
     # -- naming ----------------------------------------------------------------------
     def uri_for(self, sha256: str) -> str:
@@ -115,9 +114,6 @@ class BlobStore:
 
     def _path(self, uri: str) -> str:
         return self.fs._strip_protocol(uri)
-
-    def owns(self, uri: str) -> bool:
-        return uri.startswith(self.root + "/")
 
     # -- writing ---------------------------------------------------------------------
     def put(self, source: bytes | str | os.PathLike | BinaryIO) -> PutResult:
@@ -151,11 +147,6 @@ class BlobStore:
             self.fs.touch(path, truncate=False)
         except (NotImplementedError, ValueError, TypeError):
             pass  # object stores cannot touch; their GC grace period must cover uploads
-
-    def copy_to(self, uri: str, other: BlobStore) -> str:
-        """Copy the blob at `uri` into `other` (e.g. the cold tier); return its URI there."""
-        with self.fs.open(self._path(uri), "rb") as f:
-            return other.put(f).uri
 
     # -- reading and deleting --------------------------------------------------------
     def open(self, uri: str) -> BinaryIO:

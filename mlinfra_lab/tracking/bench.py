@@ -120,6 +120,7 @@ def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str,
     from mlinfra_lab.tracking import schema as S
     from mlinfra_lab.tracking.db import write_tx
     from mlinfra_lab.tracking.store import TrackingStore
+    from mlinfra_lab.tracking.writing import number
 
     store = TrackingStore(f"sqlite:///{work / 'mlinfra.db'}", str(work / "mlinfra-artifacts"), default_user="bench")
     out: dict[str, Any] = {"system": "mlinfra_lab.tracking", "backend": "sqlite (WAL)"}
@@ -158,8 +159,7 @@ def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str,
                               "user": "bench", "code_commit": None, "created_at": spec["created"],
                               "ended_at": spec["created"] + 60, "hot_lr": p["lr"],
                               "hot_batch_size": float(p["batch_size"])})  # fmt: skip
-            p_rows += [{"run_id": rid, "key": k, "value_str": str(v),
-                        "value_num": v if isinstance(v, int | float) else None} for k, v in p.items()]  # fmt: skip
+            p_rows += [{"run_id": rid, "key": k, "value_str": str(v), "value_num": number(v)} for k, v in p.items()]
             t_rows += [{"run_id": rid, "key": k, "value": v} for k, v in spec["tags"].items()]
             m_rows += [{"run_id": rid, "key": k, "step": 0, "value": v} for k, v in spec["metrics"].items()]
         with write_tx(store.engine) as conn:

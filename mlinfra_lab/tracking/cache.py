@@ -31,11 +31,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from mlinfra_lab.tracking.artifacts import CHUNK, sha256_file
 from mlinfra_lab.tracking.errors import IntegrityError
 
 __all__ = ["ArtifactCache", "CacheStats"]
-
-CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -53,14 +52,6 @@ class CacheStats:
 
     def as_dict(self) -> dict:
         return asdict(self) | {"hit_rate": self.hit_rate}
-
-
-def _hash_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class ArtifactCache:
@@ -98,7 +89,8 @@ class ArtifactCache:
         """Local path of the verified blob `sha256`; `fetch` opens it in the store on a miss."""
         path = self.dir / sha256
         if sha256 in self._lru and path.exists():
-            actual = _hash_file(path)
+            with open(path, "rb") as f:
+                actual = sha256_file(f)
             if actual != sha256:
                 self._drop(sha256)
                 raise IntegrityError(artifact_id, sha256, actual, f"in the cache ({path})")

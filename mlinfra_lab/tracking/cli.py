@@ -10,8 +10,10 @@ user), prints a table or JSON, and returns 0; store errors become one-line `Comm
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from datetime import datetime, timezone
 
 from mlinfra_lab.cli import CommandError
@@ -25,8 +27,15 @@ def _store(args: argparse.Namespace):
     return TrackingStore(args.db, args.artifacts, default_user=args.user)
 
 
-def _fail(err: Exception) -> CommandError:
-    return CommandError(str(err).replace("\n", " | "))
+@contextlib.contextmanager
+def _errors(*extra: type[Exception]) -> Iterator[None]:
+    """Turn a store error (and any of `extra`) raised inside the block into a one-line `CommandError`."""
+    from mlinfra_lab.tracking import TrackingError
+
+    try:
+        yield
+    except (TrackingError, *extra) as err:
+        raise CommandError(str(err).replace("\n", " | ")) from err
 
 
 def _policy(args: argparse.Namespace):
@@ -42,14 +51,9 @@ def _policy(args: argparse.Namespace):
 
 
 def _runs_search(args: argparse.Namespace) -> int:
-    from mlinfra_lab.tracking import TrackingError
-
-    try:
-        with _store(args) as store:
-            project = None if args.project == "*" else args.project
-            runs = store.search_runs(project, args.filter, args.order_by, args.limit)
-    except TrackingError as err:
-        raise _fail(err) from err
+    with _errors(), _store(args) as store:
+        project = None if args.project == "*" else args.project
+        runs = store.search_runs(project, args.filter, args.order_by, args.limit)
     if args.json:
         print(json.dumps([r.__dict__ for r in runs], indent=2, default=str))
         return 0
@@ -62,13 +66,8 @@ def _runs_search(args: argparse.Namespace) -> int:
 
 
 def _lineage(args: argparse.Namespace) -> int:
-    from mlinfra_lab.tracking import TrackingError
-
-    try:
-        with _store(args) as store:
-            g = store.lineage(args.node, args.direction, args.depth)
-    except TrackingError as err:
-        raise _fail(err) from err
+    with _errors(), _store(args) as store:
+        g = store.lineage(args.node, args.direction, args.depth)
     if args.json:
         print(json.dumps({"root": g.root, "nodes": g.nodes, "edges": g.edges}, indent=2))
         return 0
@@ -79,14 +78,10 @@ def _lineage(args: argparse.Namespace) -> int:
 
 
 def _retention(args: argparse.Namespace) -> int:
-    from mlinfra_lab.tracking import TrackingError
-
-    try:
+    with _errors(ValueError, OSError):
         policy = _policy(args)
         with _store(args) as store:
             plan = store.apply_retention(policy, dry_run=args.action == "plan")
-    except (TrackingError, ValueError, OSError) as err:
-        raise _fail(err) from err
     if args.json:
         print(json.dumps({"summary": plan.summary(), "actions": [a.__dict__ for a in plan.actions]}, indent=2))
         return 0
@@ -97,13 +92,8 @@ def _retention(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from mlinfra_lab.tracking import TrackingError
-
-    try:
-        with _store(args) as store:
-            report = store.gc(grace_seconds=args.grace, dry_run=args.dry_run)
-    except TrackingError as err:
-        raise _fail(err) from err
+    with _errors(), _store(args) as store:
+        report = store.gc(grace_seconds=args.grace, dry_run=args.dry_run)
     verb = "would delete" if report.dry_run else "deleted"
     print(f"{verb} {len(report.deleted)} unreferenced blob(s), {report.bytes_freed} bytes; "
           f"{report.referenced} referenced blob(s) kept")  # fmt: skip
@@ -111,13 +101,8 @@ def _gc(args: argparse.Namespace) -> int:
 
 
 def _grant(args: argparse.Namespace) -> int:
-    from mlinfra_lab.tracking import TrackingError
-
-    try:
-        with _store(args) as store:
-            store.grant(args.project, args.principal, args.level)
-    except TrackingError as err:
-        raise _fail(err) from err
+    with _errors(), _store(args) as store:
+        store.grant(args.project, args.principal, args.level)
     print(f"{args.principal} now holds {args.level.upper()} on {args.project}")
     return 0
 

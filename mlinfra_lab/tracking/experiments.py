@@ -19,7 +19,7 @@ import random
 import sqlite3
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -188,9 +188,7 @@ def simulate_retention(policy: RetentionPolicy, days: int = 365, runs_per_day: i
             if act.action == "delete":
                 del live[act.artifact_id]
             else:
-                a = live[act.artifact_id]
-                live[act.artifact_id] = ArtifactRecord(a.id, a.project, a.run_id, a.run_created, a.kind, a.step,
-                                                       a.created, a.size, "cold", a.pinned)  # fmt: skip
+                live[act.artifact_id] = replace(live[act.artifact_id], tier="cold")
         out.days.append(day + 1)
         out.kept_bytes.append(sum(a.size for a in live.values() if a.tier == "hot"))
         out.cold_bytes.append(sum(a.size for a in live.values() if a.tier == "cold"))

@@ -1,6 +1,6 @@
 """Reading run metadata: the SQL behind `get_run`, `search_runs` and `explain_search`.
 
-Contract: `search_statement(conn, pids, names, filter, order_by, limit)` builds the one
+Contract: `search_statement(conn, pids, filter, order_by, limit)` builds the one
 SELECT that answers a search over the given project ids; `run_infos(conn, rows, names)`
 turns run rows into `RunInfo` records with their params, latest metrics and tags (three
 queries per page, not three per run); `explain(conn, stmt)` returns the database's plan.

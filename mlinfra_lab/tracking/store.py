@@ -147,12 +147,11 @@ class TrackingStore:
         user = self._user(user)
         with self._write() as conn:
             tid = conn.execute(select(S.principals.c.id).where(S.principals.c.name == team)).scalar()
-            if tid is None:
-                tid = access.ensure_principal(conn, team, "team")
-                uid = access.ensure_principal(conn, user)
-                conn.execute(S.team_members.insert().values(team_id=tid, user_id=uid))
             uid = access.ensure_principal(conn, user)
             tm = S.team_members
+            if tid is None:
+                tid = access.ensure_principal(conn, team, "team")
+                conn.execute(tm.insert().values(team_id=tid, user_id=uid))
             if conn.execute(select(tm.c.team_id).where(tm.c.team_id == tid, tm.c.user_id == uid)).first() is None:
                 raise PermissionDenied(user, f"team:{team}", "team membership", "add members to the team")
             mid = access.ensure_principal(conn, member)

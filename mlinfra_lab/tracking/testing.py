@@ -4,20 +4,22 @@ Contract: `fresh_store(backend, directory)` is a context manager yielding an emp
 `TrackingStore` on "sqlite" (a file under `directory`) or "postgres" (a new schema in the
 database at ``$MLINFRA_PG_URL``, dropped on exit), so the same test runs on both backends
 and every test starts from nothing; `fresh_db_url` yields just the URL of such an empty,
-not yet migrated database (for tests of what happens when a store first opens it).
+not yet migrated database (for tests of what happens when a store first opens it);
+`run_together` runs one function in several processes that start at the same moment.
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing as mp
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mlinfra_lab.tracking.store import TrackingStore
 
-__all__ = ["PG_ENV", "available_backends", "fresh_db_url", "fresh_store"]
+__all__ = ["PG_ENV", "available_backends", "fresh_db_url", "fresh_store", "run_together"]
 
 PG_ENV = "MLINFRA_PG_URL"
 
@@ -67,3 +69,20 @@ def fresh_store(backend: str, directory: str | os.PathLike, **kwargs) -> Iterato
             yield store
         finally:
             store.close()
+
+
+def run_together(target: Callable, processes: int, *args, timeout_s: float = 120.0) -> list[int | None]:
+    """Run ``target(*args, worker, barrier)`` in `processes` spawned processes; their exit codes.
+
+    Every process gets its index and one shared barrier, on which `target` waits so that
+    all of them reach the contended step at the same moment. `target` must be importable
+    (a module-level function), since spawned processes start from a fresh interpreter.
+    """
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    procs = [ctx.Process(target=target, args=(*args, w, barrier)) for w in range(processes)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=timeout_s)
+    return [p.exitcode for p in procs]
