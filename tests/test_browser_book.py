@@ -13,6 +13,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
@@ -57,16 +58,34 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+@contextlib.contextmanager
+def serve(directory: Path) -> Iterator[str]:
+    """Serve `directory` over http://127.0.0.1 on a free port; yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+
+
+def offline(page, origin: str) -> None:
+    """The machine has no internet: abort every request that leaves `origin` (CDNs, fonts)."""
+    page.route(
+        "**/*",
+        lambda route: route.continue_()
+        if urlparse(route.request.url).netloc == origin
+        else route.abort(),
+    )
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     if not (HTML / "index.html").exists():
         pytest.fail("the book is not built: run `make book` first (writes _build/html)")
-    handler = functools.partial(_QuietHandler, directory=str(HTML))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
+    with serve(HTML) as base_url:
+        yield base_url
 
 
 @pytest.fixture(scope="module")
@@ -127,13 +146,7 @@ def page_problems(browser, base_url: str, html_root: Path, page_path: str) -> li
         if urlparse(req.url).netloc == origin
         else None,
     )
-    # Offline machine: abort every request that leaves our origin (CDN scripts, fonts).
-    page.route(
-        "**/*",
-        lambda route: route.continue_()
-        if urlparse(route.request.url).netloc == origin
-        else route.abort(),
-    )
+    offline(page, origin)
     url = urljoin(base_url, f"{page_path}.html")
     response = page.goto(url, wait_until="load")
     if response is None or not response.ok:
@@ -196,14 +209,8 @@ def test_checker_catches_a_broken_page(tmp_path: Path, browser) -> None:
         "<img src='missing.png'><a href='nowhere.html'>x</a><a href='bad.html#nope'>y</a>"
         "</body></html>"
     )
-    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        base = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    with serve(tmp_path) as base:
         problems = "\n".join(page_problems(browser, base, tmp_path, "bad"))
-    finally:
-        httpd.shutdown()
     assert "JavaScript error" in problems and "boom" in problems
     assert "image did not render" in problems
     assert "nowhere.html (no such file)" in problems
@@ -215,8 +222,7 @@ def test_notebook_pages_offer_colab_and_jupyterhub_launch(server: str, browser) 
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     repo = urlparse(config["repository"]["url"]).path.strip("/")
     page = browser.new_page()
-    page.route("**/*", lambda route: route.continue_()
-               if urlparse(route.request.url).netloc == urlparse(server).netloc else route.abort())
+    offline(page, urlparse(server).netloc)
     page.goto(urljoin(server, "book/01_fused_attention.html"), wait_until="load")
     hrefs = page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)")
     page.close()

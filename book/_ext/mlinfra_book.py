@@ -32,10 +32,11 @@ VENDORED_MATHJAX = Path(VENDOR, "mathjax", "tex-mml-chtml.js")
 
 def _use_vendored_libraries(app, config) -> None:
     root = Path(app.confdir)
+    if not (root / VENDOR).is_dir():
+        return  # keep the CDN defaults (no npm when the book was built)
+    config.html_static_path.append(VENDOR)
     if (root / VENDORED_MATHJAX).exists():
         config.mathjax_path = "mathjax/tex-mml-chtml.js"  # relative to _static/
-        if VENDOR not in config.html_static_path:
-            config.html_static_path.append(VENDOR)
     if not (root / VENDORED_MANAGER).exists():
         return  # keep myst-nb's CDN defaults
     config.nb_ipywidgets_js = {
@@ -45,8 +46,6 @@ def _use_vendored_libraries(app, config) -> None:
             "data-jupyter-widgets-cdn": "https://cdn.jsdelivr.net/npm/",
         },
     }
-    if VENDOR not in config.html_static_path:
-        config.html_static_path.append(VENDOR)
     # The manager's webpack bundle finds its fonts next to its AMD module's URL, which
     # RequireJS derives from the module id ("@jupyter-widgets/controls",
     # "@jupyter-widgets/html-manager/dist/libembed-amd", ...) relative to the page. A global
