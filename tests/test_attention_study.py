@@ -65,3 +65,13 @@ def test_committed_study_is_complete():
     assert mem[("eager", 16384)] > 100 * mem[("eager", 1024)]
     assert mem[("ours", 16384)] <= 1.5 * mem[("sdpa_flash", 16384)]
     assert sum(1 for t in study["tiles"] if t["tflops"]) >= 8
+
+
+def test_describe_tiles_names_each_versions_best_config():
+    study = gpu_study.committed_study()
+    text = gpu_study.describe_tiles(study)
+    for version in (1, 2):
+        rows = [r for r in study["tiles"] if r["version"] == version and r["tflops"]]
+        best = max(rows, key=lambda r: r["tflops"])
+        assert f"v{version} best {best['block_m']}x{best['block_n']}" in text
+        assert f"{best['tflops']:.0f} TFLOP/s" in text

@@ -262,6 +262,22 @@ def plot_tiles(study: dict[str, Any], version: int = 1, ax: Any = None) -> Any:
     return ax
 
 
+def describe_tiles(study: dict[str, Any]) -> str:
+    """One line per kernel version: its fastest tile config and how far each other config is
+    behind it (the numbers the chapter's tile section quotes)."""
+    lines = []
+    for version in sorted({r["version"] for r in study["tiles"]}):
+        rows = [r for r in study["tiles"] if r["version"] == version and r["tflops"]]
+        best = max(rows, key=lambda r: r["tflops"])
+        behind = ", ".join(f"{r['block_m']}x{r['block_n']} w{r['num_warps']} "
+                           f"{r['tflops'] / best['tflops'] - 1:+.0%}"
+                           for r in rows if r is not best)
+        lines.append(f"v{version} best {best['block_m']}x{best['block_n']} "
+                     f"w{best['num_warps']} s{best['num_stages']}: {best['tflops']:.0f} TFLOP/s; "
+                     f"others: {behind}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the study; returns 1 when a correctness check failed, else 0."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[2])
