@@ -20,10 +20,13 @@ from .gradebook import gradebook_rows, write_gradebook
 from .markers import GraderCell, grader_cells, replace_solutions, strip_hidden
 from .release import release_dir, release_node, release_notebook
 from .restore import RestoreNote, restore_graders
+from .secret import DEFAULT_SECRET, SECRET_ENV, grading_rng, grading_seed
 from .submissions import SourceLab, Submission, SubmissionProblem, load_source_labs
 from .validate import ValidationProblem, ValidationReport, validate_labs
 
 __all__ = [
+    "DEFAULT_SECRET",
+    "SECRET_ENV",
     "CellOutcome",
     "CellResult",
     "ExecutionConfig",
@@ -45,6 +48,8 @@ __all__ = [
     "grade_submissions",
     "gradebook_rows",
     "grader_cells",
+    "grading_rng",
+    "grading_seed",
     "load_source_labs",
     "release_dir",
     "release_node",
