@@ -184,3 +184,16 @@ def test_flash_version_switch(monkeypatch):
     q, k, v = (torch.randn(1, 1, 20, 16, generator=g).to(DEVICE) for _ in range(3))
     out = flash_attention(q, k, v, sm_scale=-0.3, version=2)
     torch.testing.assert_close(out, naive_attention(q, k, v, sm_scale=-0.3), rtol=1e-4, atol=1e-4)
+
+
+def test_autotune_is_skipped_for_fp32_and_short_sequences():
+    """The pruner keeps the tile search for long low-precision runs only (one compile else)."""
+    from mlinfra_lab.attention import _flash_kernels as fk
+
+    configs = ["first", "second", "third"]
+    prune = fk._pruner("fp32-tile")
+    long = {"n_q": 4096, "n_k": 4096}
+    assert prune(configs, long, PRECISION="tf32") == configs
+    assert prune(configs, long, PRECISION="ieee") == ["fp32-tile"]
+    assert prune(configs, {"n_q": 100, "n_k": 100}, PRECISION="tf32") == ["first"]
+    assert prune(configs, {"n_q": 100, "n_k": 4096}, PRECISION="tf32") == configs

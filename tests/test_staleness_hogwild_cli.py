@@ -1,6 +1,8 @@
 """Real processes on shared memory, and the command line."""
 
+import dataclasses
 import json
+import multiprocessing
 
 import numpy as np
 import pytest
@@ -16,6 +18,32 @@ def test_hogwild_measures_real_staleness():
     assert r.staleness.shape == (120,) and (r.staleness >= 0).all()
     assert set(np.unique(r.worker)) <= {0, 1}
     assert r.final_loss < 0.5 * r.initial_loss
+
+
+@pytest.mark.parametrize("method", ["spawn"])
+def test_hogwild_runs_under_spawn(method):
+    """The start method a CUDA process needs (no fork) trains the same problem."""
+    r = st.run_hogwild(st.logreg_problem(), workers=2, updates=60, lr=0.5, seed=0,
+                       start_method=method)
+    assert r.staleness.shape == (60,) and (r.staleness >= 0).all()
+    assert r.final_loss < r.initial_loss
+
+
+@dataclasses.dataclass(frozen=True)
+class _FailsInWorker(st.Problem):
+    """A problem whose gradient raises in a worker process only (the parent's warm-up works)."""
+
+    def batched_grads(self, params, idx):
+        if multiprocessing.parent_process() is not None:
+            raise ValueError("planted failure in the worker")
+        return super().batched_grads(params, idx)
+
+
+def test_hogwild_worker_error_is_quoted():
+    base = st.logreg_problem()
+    failing = _FailsInWorker(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+    with pytest.raises(st.HogwildWorkerError, match="planted failure in the worker"):
+        st.run_hogwild(failing, workers=2, updates=20, lr=0.5, seed=0)
 
 
 def test_hogwild_bad_arguments():

@@ -16,6 +16,7 @@ Design decisions (the full list is in `flash.py`'s docstring):
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -29,7 +30,6 @@ import triton  # noqa: E402  (after the interpreter switch, deliberately)
 import triton.language as tl  # noqa: E402
 
 __all__ = ["configs", "kernels", "set_descriptor_allocator"]
-
 
 
 @triton.jit
@@ -351,15 +351,48 @@ def configs() -> tuple[list[Any], list[Any], list[Any]]:
             [cfg(64, 32, 4, 2), cfg(64, 64, 4, 2)])
 
 
+# Below this many tokens a launch is dominated by its fixed cost: no tile is worth a search.
+SHORT_SEQUENCE = 256
+
+
+def _pruner(fp32_config: Any) -> Callable[..., list[Any]]:
+    """An ``early_config_prune`` that autotunes only where the search pays for itself.
+
+    Float32 inputs (IEEE-precision dots: not Tensor Core speed, slow to compile, used for
+    accuracy demos) run `fp32_config`, a small tile whose K/V stages fit shared memory at
+    4 bytes per element; sequences of at most `SHORT_SEQUENCE` tokens run the list's first
+    config. Each then costs one compile instead of one per config plus timing runs (a
+    chapter cell with two fp32 shapes took 205 s on the H200 while autotuning).
+    """
+
+    def prune(configs: list[Any], named_args: dict[str, Any], **kwargs: Any) -> list[Any]:
+        args = {**named_args, **kwargs}
+        if args.get("PRECISION") == "ieee":
+            return [fp32_config]
+        if max(int(args["n_q"]), int(args["n_k"])) <= SHORT_SEQUENCE:
+            return configs[:1]
+        return configs
+
+    return prune
+
+
 @cache
 def kernels() -> dict[str, Any]:
     """The kernels, autotuned over `configs()` keyed on the shape that changes the best tile."""
     fwd_cfg, dkdv_cfg, dq_cfg = configs()
-    key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL"]
-    return {
-        "fwd": triton.autotune(fwd_cfg, key=key)(_fwd_kernel),
-        "fwd_v2": triton.autotune(fwd_cfg, key=key)(_fwd_kernel_v2),
+    key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL", "PRECISION"]
+
+    def tuned(cfgs: list[Any], fp32: tuple[int, int], kernel: Any) -> Any:
+        fp32_config = triton.Config({"BLOCK_M": fp32[0], "BLOCK_N": fp32[1]}, num_warps=4,
+                                    num_stages=2)
+        return triton.autotune(cfgs, key=key,
+                               prune_configs_by={"early_config_prune": _pruner(fp32_config)}
+                               )(kernel)
+
+    return {  # fp32 tiles keep each kernel's constraint (see `configs`)
+        "fwd": tuned(fwd_cfg, (64, 32), _fwd_kernel),
+        "fwd_v2": tuned(fwd_cfg, (64, 32), _fwd_kernel_v2),
         "delta": _bwd_delta_kernel,
-        "dkdv": triton.autotune(dkdv_cfg, key=key)(_bwd_dkdv_kernel),
-        "dq": triton.autotune(dq_cfg, key=key)(_bwd_dq_kernel),
+        "dkdv": tuned(dkdv_cfg, (32, 64), _bwd_dkdv_kernel),
+        "dq": tuned(dq_cfg, (64, 32), _bwd_dq_kernel),
     }

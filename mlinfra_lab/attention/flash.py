@@ -24,7 +24,9 @@ Design decisions:
 - Float32 inputs use IEEE-precision dots (not TF32), so fp32 results are fp32-accurate.
 - Tile sizes: autotuned over a Hopper list on compute capability 9.x, a small list on
   other GPUs, and one small fixed tile under the CPU interpreter (fast to interpret and
-  small enough that tests with 17 or 100 tokens still cross several tiles).
+  small enough that tests with 17 or 100 tokens still cross several tiles). Float32 inputs
+  and sequences of at most 256 tokens skip the search (one fixed tile each): there the
+  search costs far more than it saves.
 
 Layout: the kernels live in `_flash_kernels.py` (imported on first use, after the
 interpreter switch); this file holds the launchers (asserts, grids), the

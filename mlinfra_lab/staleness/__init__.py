@@ -20,7 +20,7 @@ from mlinfra_lab.staleness.analysis import (
     updates_to_target,
 )
 from mlinfra_lab.staleness.errors import SimulationStalledError, StalenessConfigError
-from mlinfra_lab.staleness.hogwild import HogwildResult, run_hogwild
+from mlinfra_lab.staleness.hogwild import HogwildResult, HogwildWorkerError, run_hogwild
 from mlinfra_lab.staleness.policies import (
     Async,
     BoundedStaleness,
@@ -51,6 +51,7 @@ __all__ = [
     "CorrelationResult",
     "DelayCompensated",
     "HogwildResult",
+    "HogwildWorkerError",
     "Policy",
     "Presence",
     "Problem",

@@ -14,8 +14,13 @@ Design decisions:
   from.
 - ``slowdown`` adds a sleep per gradient to chosen workers, to make a straggler on purpose.
 - Each process runs torch single-threaded. The "fork" start method is used where available
-  (Linux: fast, nothing pickled), "spawn" elsewhere (the problem must then be picklable,
-  which the course's problems are).
+  (Linux: fast, nothing pickled), "spawn" elsewhere and wherever this process has already
+  initialised CUDA (a GPU notebook has, when it printed its runtime): CUDA does not support
+  a forked child of a CUDA process, and torch refuses to use it there. The problem must then
+  be picklable, which the course's problems are. ``start_method`` overrides the choice.
+- A worker that raises sends its traceback to the parent through a pipe before it exits;
+  `run_hogwild` raises `HogwildWorkerError` quoting it, so a notebook shows the cause rather
+  than an exit code.
 
 Caveats: on a 2-core machine shared with other jobs, the OS scheduler decides who is slow, so
 the distribution varies run to run: compare shapes, not exact counts. Time is wall-clock.
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,7 +41,11 @@ import torch.multiprocessing as mp
 from mlinfra_lab.staleness.errors import StalenessConfigError
 from mlinfra_lab.staleness.problems import Problem
 
-__all__ = ["HogwildResult", "run_hogwild"]
+__all__ = ["HogwildResult", "HogwildWorkerError", "run_hogwild"]
+
+
+class HogwildWorkerError(RuntimeError):
+    """A worker process died; the message quotes its traceback (or says it gave none)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,7 +62,18 @@ class HogwildResult:
     seed: int
 
 
-def _worker(rank, problem, theta, version, lock, staleness, who, updates, lr, seed, sleep_s):
+def _worker(rank, errors, *args) -> None:
+    """Process entry point: run the loop; on an exception, send its traceback, exit 1."""
+    try:
+        _loop(rank, *args)
+    except BaseException:
+        errors.send((rank, traceback.format_exc()))
+        raise
+    finally:
+        errors.close()
+
+
+def _loop(rank, problem, theta, version, lock, staleness, who, updates, lr, seed, sleep_s):
     torch.set_num_threads(1)
     rng = np.random.default_rng([seed, rank])
     n, b = problem.num_examples, problem.batch_size
@@ -80,12 +101,15 @@ def run_hogwild(
     seed: int = 0,
     slowdown: Sequence[float] | None = None,
     timeout: float = 120.0,
+    start_method: str | None = None,
 ) -> HogwildResult:
     """Train `problem` with `workers` real processes sharing parameters; see the module doc.
 
     slowdown: optional seconds of sleep per gradient for each worker (a made straggler).
-    Raises `StalenessConfigError` on bad arguments and `TimeoutError` if the processes do
-    not finish within `timeout` seconds (they are terminated).
+    start_method: "fork", "spawn" or "forkserver"; default: see the module docstring.
+    Raises `StalenessConfigError` on bad arguments, `TimeoutError` if the processes do not
+    finish within `timeout` seconds (they are terminated) and `HogwildWorkerError` with the
+    worker's traceback if one fails.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise StalenessConfigError(f"workers must be an int >= 1, got {workers!r}")
@@ -94,7 +118,7 @@ def run_hogwild(
     sleeps = list(slowdown) if slowdown is not None else [0.0] * workers
     if len(sleeps) != workers or any(s < 0 for s in sleeps):
         raise StalenessConfigError(f"slowdown needs {workers} values >= 0, got {slowdown}")
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    ctx = mp.get_context(start_method or _default_start_method())
     theta = problem.initial_params().share_memory_()
     staleness = torch.full((updates,), -1, dtype=torch.int64).share_memory_()
     who = torch.full((updates,), -1, dtype=torch.int64).share_memory_()
@@ -103,16 +127,15 @@ def run_hogwild(
     # warm up in the parent: first-call set-up of torch.func is then inherited, not repeated
     problem.batched_grads(theta[None].clone(), np.zeros((1, problem.batch_size), dtype=np.int64))
     start = time.perf_counter()
-    procs = [
-        ctx.Process(
-            target=_worker,
-            args=(r, problem, theta, version, lock, staleness, who, updates, lr, seed, sleeps[r]),
-            daemon=True,
-        )
-        for r in range(workers)
-    ]
-    for p in procs:
-        p.start()
+    procs, receivers = [], []
+    for r in range(workers):
+        receive, send = ctx.Pipe(duplex=False)
+        args = (r, send, problem, theta, version, lock, staleness, who, updates, lr, seed,
+                sleeps[r])
+        procs.append(ctx.Process(target=_worker, args=args, daemon=True))
+        procs[-1].start()
+        send.close()  # the child holds its own end; EOF reaches us when it exits
+        receivers.append(receive)
     deadline = start + timeout
     for p in procs:
         p.join(max(0.0, deadline - time.perf_counter()))
@@ -123,8 +146,12 @@ def run_hogwild(
             f"hogwild workers did not finish {updates} updates in {timeout:.0f} s; "
             "use fewer updates or a larger timeout"
         )
-    if any(p.exitcode != 0 for p in procs):
-        raise RuntimeError(f"a hogwild worker failed (exit codes {[p.exitcode for p in procs]})")
+    try:
+        if any(p.exitcode != 0 for p in procs):
+            raise HogwildWorkerError(_failure_message(procs, receivers, ctx.get_start_method()))
+    finally:
+        for receive in receivers:
+            receive.close()
     seconds = time.perf_counter() - start
     return HogwildResult(
         staleness=staleness.numpy().copy(),
@@ -136,3 +163,26 @@ def run_hogwild(
         lr=lr,
         seed=seed,
     )
+
+
+def _default_start_method() -> str:
+    """"fork" where available and safe (no CUDA context in this process), else "spawn"."""
+    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
+    return "fork" if "fork" in mp.get_all_start_methods() and not cuda_live else "spawn"
+
+
+def _failure_message(procs: list, receivers: list, method: str) -> str:
+    """What failed: each dead worker's traceback (its last lines), or its exit code alone."""
+    parts = []
+    for rank, (proc, receive) in enumerate(zip(procs, receivers, strict=True)):
+        if proc.exitcode == 0:
+            continue
+        text = ""
+        if receive.poll():
+            try:
+                text = receive.recv()[1]
+            except EOFError:
+                pass
+        tail = "\n".join(text.strip().splitlines()[-6:]) if text else "(no traceback: killed?)"
+        parts.append(f"worker {rank} exited with code {proc.exitcode} ({method}):\n{tail}")
+    return "a hogwild worker failed:\n" + "\n".join(parts)
