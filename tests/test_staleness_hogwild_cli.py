@@ -6,6 +6,7 @@ import multiprocessing
 
 import numpy as np
 import pytest
+import torch
 
 from mlinfra_lab import staleness as st
 from mlinfra_lab.cli import main
@@ -79,3 +80,13 @@ def test_simulate_command_reports_user_errors(capsys):
     assert "lr must be a finite number" in capsys.readouterr().err
     assert main(["staleness", "simulate", "--updates", "20", "--policy", "zhang"]) == 0
     assert json.loads(capsys.readouterr().out)["updates"] == 20
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_hogwild_after_cuda_is_initialised():
+    """A GPU notebook has a CUDA context before chapter 5's Hogwild cell: workers must not fork."""
+    torch.zeros(1, device="cuda")  # what a notebook's first cell does on a GPU
+    assert torch.cuda.is_initialized()
+    r = st.run_hogwild(st.logreg_problem(), workers=3, updates=60, lr=0.5, seed=0)
+    assert r.staleness.shape == (60,) and (r.staleness >= 0).all()

@@ -1,0 +1,157 @@
+"""Execute notebooks under nbval, one at a time, and write a dated record of the run.
+
+Contract: ``python -m mlinfra_lab.ci.notebook_record --out FILE.json NOTEBOOK_OR_DIR...``
+runs every notebook with ``pytest --nbval-lax`` (a per-cell timeout, default 60 s) and
+writes a JSON record: the device and software versions, the date, and per notebook whether
+it passed, its cells, its wall-clock seconds, its slowest cell and the first line of every
+failing cell. The exit status is 1 when any notebook failed, so ``make test-gpu`` fails too.
+
+Design decisions:
+- One pytest process per notebook: a notebook that kills its kernel or hangs costs only its
+  own record, and each notebook's seconds include its kernel's start, as a reader sees it.
+- Cell times come from pytest's JUnit XML (nbval makes each cell a test item), so the
+  record can show that no cell ran past the budget a reader would accept.
+- The record is what the README and the chapters cite for "every notebook passes on the
+  H200": it names the device, torch, Triton, CUDA and Python versions and the date, like
+  every result file under ``benchmarks/results``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+__all__ = ["device_info", "main", "record_notebooks", "run_notebook"]
+
+
+def device_info() -> dict[str, Any]:
+    """The machine the notebooks ran on: GPU name, torch/Triton/CUDA/Python versions."""
+    import torch
+
+    info: dict[str, Any] = {
+        "device_name": (torch.cuda.get_device_name(0) if torch.cuda.is_available() else
+                        f"CPU ({platform.processor() or platform.machine()})"),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    return info
+
+
+def _cells_from_junit(path: Path) -> list[dict[str, Any]]:
+    """Per nbval cell item: name, seconds and the first line of its failure (if any)."""
+    if not path.exists():
+        return []
+    cells = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        message = ""
+        if failure is not None:
+            text = (failure.get("message") or failure.text or "").strip()
+            message = text.splitlines()[0][:300] if text else "failed"
+        cells.append({"cell": case.get("name", ""), "seconds": float(case.get("time", 0.0)),
+                      "failed": failure is not None, "message": message})
+    return cells
+
+
+def run_notebook(notebook: Path, cell_timeout: float) -> dict[str, Any]:
+    """Run one notebook under nbval in its own pytest process; return its record entry."""
+    with tempfile.TemporaryDirectory(prefix="mlinfra-nbrecord-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                   "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout:g}",
+                   f"--junitxml={junit}", str(notebook)]
+        start = time.perf_counter()
+        proc = subprocess.run(command, capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - start
+        cells = _cells_from_junit(junit)
+    failed = [c for c in cells if c["failed"]]
+    entry = {
+        "notebook": str(notebook),
+        "passed": proc.returncode == 0 and bool(cells) and not failed,
+        "cells": len(cells),
+        "failed_cells": [{"cell": c["cell"], "message": c["message"]} for c in failed],
+        "seconds": round(seconds, 1),
+        "slowest_cell_seconds": round(max((c["seconds"] for c in cells), default=0.0), 1),
+        "exit_code": proc.returncode,
+    }
+    if not cells:  # nothing collected: keep the end of pytest's output as the reason
+        entry["output_tail"] = (proc.stdout + proc.stderr)[-1500:]
+    return entry
+
+
+def record_notebooks(paths: list[Path], cell_timeout: float = 60.0,
+                     progress: bool = True) -> dict[str, Any]:
+    """Run every notebook of `paths` (files, or folders searched for ``*.ipynb``)."""
+    notebooks: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            notebooks += sorted(p for p in path.glob("*.ipynb") if p.is_file())
+        elif path.suffix == ".ipynb" and path.is_file():
+            notebooks.append(path)
+        else:
+            raise FileNotFoundError(f"{path}: not a notebook or a folder of notebooks")
+    entries = []
+    for k, notebook in enumerate(notebooks, 1):
+        entry = run_notebook(notebook, cell_timeout)
+        entries.append(entry)
+        if progress:
+            state = "passed" if entry["passed"] else f"FAILED ({len(entry['failed_cells'])} cells)"
+            print(f"[{k}/{len(notebooks)}] {notebook}: {state} in {entry['seconds']:.0f} s "
+                  f"(slowest cell {entry['slowest_cell_seconds']:.0f} s)", flush=True)
+    return {
+        "kind": "notebooks",
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": device_info(),
+        "cell_timeout_s": cell_timeout,
+        "command": "python -m mlinfra_lab.ci.notebook_record (pytest --nbval-lax per notebook)",
+        "all_passed": all(e["passed"] for e in entries) and bool(entries),
+        "notebooks": entries,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mlinfra_lab.ci.notebook_record",
+        description="Execute notebooks under nbval (one pytest process each) and write a "
+        "JSON record: device, versions, date, per notebook pass/fail, seconds, slowest cell.")
+    parser.add_argument("paths", nargs="+", type=Path, metavar="NOTEBOOK_OR_DIR")
+    parser.add_argument("--out", type=Path, required=True, metavar="FILE.json",
+                        help="where to write the record, e.g. "
+                        "benchmarks/results/h200-notebooks-YYYY-MM-DD.json")
+    parser.add_argument("--cell-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="a cell running longer fails (default: 60)")
+    args = parser.parse_args(argv)
+    if args.cell_timeout <= 0:
+        parser.error("--cell-timeout must be a positive number of seconds")
+    try:
+        record = record_notebooks(args.paths, args.cell_timeout)
+    except FileNotFoundError as err:
+        parser.error(str(err))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"record: {args.out} ({sum(e['passed'] for e in record['notebooks'])}/"
+          f"{len(record['notebooks'])} notebooks passed)")
+    return 0 if record["all_passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
