@@ -36,6 +36,11 @@ def _cell(nb, cell_id):
     return next(c for c in nb.cells if c.get("id") == cell_id)
 
 
+def _student_ids(nb) -> list[str]:
+    """The ids of the cells a release keeps: all but the wrong answers."""
+    return [c.id for c in nb.cells if "wrong-answer" not in c.metadata.get("tags", [])]
+
+
 def test_warmup_has_graded_exercises_with_hidden_tests():
     graders = grader_cells(nbformat.read(str(WARMUP), as_version=4), "00_warmup")
     assert [g.exercise for g in graders] == ["stable_softmax", "logsumexp", "log_softmax"]
@@ -64,7 +69,7 @@ def test_release_strips_solutions_and_hidden_tests_and_clears_outputs(tmp_path):
     assert all(c.outputs == [] and c.execution_count is None
                for c in released.cells if c.cell_type == "code")
     assert released.metadata["mlinfra"]["lab"] == "00_warmup"
-    assert [c.id for c in released.cells] == [c.id for c in source.cells]
+    assert [c.id for c in released.cells] == _student_ids(source)
     for g in grader_cells(source, "00_warmup"):
         cell = _cell(released, g.cell_id)
         assert cell.metadata["tags"] == ["grader"]
@@ -110,10 +115,10 @@ def test_restore_replaces_edited_graders_and_reinserts_deleted_ones():
     sub.cells = [c for c in sub.cells if c.id != "lse-grader"]
     del _cell(sub, "logsoftmax-grader")["id"]  # an old tool dropped this id: found by checksum
     restored, notes = restore_graders(sub, lab)
-    assert [c.id for c in restored.cells] == [c.id for c in lab.notebook.cells]
-    for g in lab.graders:  # full source text, hidden tests included
-        assert _cell(restored, g.cell_id).source == g.source
-    assert {k: n.status for k, n in notes.items()} == {
+    assert [c.id for c in restored.cells] == _student_ids(lab.notebook)
+    for g in lab.graders:  # full source text, hidden tests included (guarded if it forbids)
+        assert _cell(restored, g.cell_id).source == g.run_source
+    assert {k: n.status for k, n in notes.items() if k.endswith("-grader")} == {
         "softmax-grader": "edited", "lse-grader": "deleted", "logsoftmax-grader": "as released"}
     assert notes["logsoftmax-grader"].message == ""
 
@@ -158,11 +163,12 @@ def test_validate_names_a_grader_that_cannot_fail_or_fails_on_the_source(tmp_pat
     assert main(["validate", str(labs), "--timeout", "60", "--jobs", "2"]) == 1
     err = capsys.readouterr().err
     fails = [ln for ln in err.splitlines() if ln.startswith("FAIL:")]
-    assert len(fails) == 2, err
+    assert len(fails) == 3, err
     assert any("tiny" in ln and "double" in ln and "constant-grader" in ln
                and "cannot fail" in ln for ln in fails), fails
     assert any("wrong-grader" in ln and "fails on the source" in ln and "wrong key" in ln
                for ln in fails), fails
+    assert any("exercise double:" in ln and "no wrong answer" in ln for ln in fails), fails
     assert "warning: lab placeholder: no grader cells" in err
 
 

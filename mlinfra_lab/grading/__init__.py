@@ -2,41 +2,69 @@
 
 The workflow of an instructor, one module per step:
 
-- `markers`: solution / hidden-test spans and ``grader`` cells of an instructor lab.
-- `release`: the student version (solutions stubbed, hidden tests removed, outputs cleared).
-- `submissions`: which lab and which student each submitted notebook is.
-- `restore`: put the source graders (hidden tests included) back into a submission by id.
+- `markers`: solution / hidden-test spans, ``grader`` and ``readonly`` cells of a lab.
+- `variants`: the ``wrong-answer`` cells a lab keeps, and the notebooks that try them.
+- `release`: the student version (solutions stubbed, hidden tests and wrong answers removed,
+  read-only cells locked, outputs cleared).
+- `submissions`: the source labs, and which lab and student each submitted notebook is.
+- `restore`: put the source graders (hidden tests included) and read-only cells back into a
+  submission by id.
+- `forbid`: the guard a grader with ``forbid`` metadata runs under: no calling the course's
+  own implementation of the answer.
+- `secret`: `grading_rng` / `grading_seed`, hidden-test inputs drawn from the grading secret.
 - `execute`: run notebooks under ``pytest --nbval-lax`` and read each cell's outcome.
 - `grade`: score each grader cell; `gradebook`: write the CSV and JSON.
-- `validate`: prove every grader passes on the source and fails on the release.
+- `validate`: prove every grader passes on the source and fails on the release and on
+  every wrong answer.
 
-Command line: ``mlinfra-lab release``, ``mlinfra-lab grade``, ``mlinfra-lab validate``.
+Command line: ``mlinfra-lab release``, ``mlinfra-lab grade [--secret S]``,
+``mlinfra-lab validate [--secret S]``.
 """
 
-from .errors import ExecutionError, GradingError, MarkerError, SourceLabError, SubmissionError
+from .errors import (
+    CallGuardError,
+    ExecutionError,
+    ForbiddenCallError,
+    GradingError,
+    MarkerError,
+    SourceLabError,
+    SubmissionError,
+)
 from .execute import CellOutcome, ExecutionConfig, run_notebooks
+from .forbid import forbid_calls, forbidden_codes, guard_source
 from .grade import CellResult, GradeConfig, GradeReport, GradeResult, grade_submissions
 from .gradebook import gradebook_rows, write_gradebook
-from .markers import GraderCell, grader_cells, replace_solutions, strip_hidden
+from .markers import (
+    GraderCell,
+    ReadonlyCell,
+    grader_cells,
+    readonly_cells,
+    replace_solutions,
+    strip_hidden,
+)
 from .release import release_dir, release_node, release_notebook
 from .restore import RestoreNote, restore_graders
 from .secret import DEFAULT_SECRET, SECRET_ENV, grading_rng, grading_seed
 from .submissions import SourceLab, Submission, SubmissionProblem, load_source_labs
 from .validate import ValidationProblem, ValidationReport, validate_labs
+from .variants import WrongAnswer, variant_notebook, wrong_answers
 
 __all__ = [
     "DEFAULT_SECRET",
     "SECRET_ENV",
+    "CallGuardError",
     "CellOutcome",
     "CellResult",
     "ExecutionConfig",
     "ExecutionError",
+    "ForbiddenCallError",
     "GradeConfig",
     "GradeReport",
     "GradeResult",
     "GraderCell",
     "GradingError",
     "MarkerError",
+    "ReadonlyCell",
     "RestoreNote",
     "SourceLab",
     "SourceLabError",
@@ -45,12 +73,17 @@ __all__ = [
     "SubmissionProblem",
     "ValidationProblem",
     "ValidationReport",
+    "WrongAnswer",
+    "forbid_calls",
+    "forbidden_codes",
     "grade_submissions",
     "gradebook_rows",
     "grader_cells",
     "grading_rng",
     "grading_seed",
+    "guard_source",
     "load_source_labs",
+    "readonly_cells",
     "release_dir",
     "release_node",
     "release_notebook",
@@ -59,5 +92,7 @@ __all__ = [
     "run_notebooks",
     "strip_hidden",
     "validate_labs",
+    "variant_notebook",
     "write_gradebook",
+    "wrong_answers",
 ]

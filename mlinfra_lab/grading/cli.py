@@ -27,11 +27,25 @@ Which lab and which student:
   A folder argument is searched recursively for *.ipynb.
 
 What is graded:
-  Every grader cell of the source lab is restored by cell id (visible and hidden tests;
-  an edited or deleted grader changes nothing), the notebook runs under
-  'pytest --nbval-lax', and each grader cell scores its points if it ran without an
-  exception, else 0 with its assertion message. A crashing or hanging cell (see
-  --timeout) scores what passed; the rest of the batch is still graded.
+  Every grader cell and every cell tagged 'readonly' of the source lab is restored by
+  cell id (visible and hidden tests; an edited or deleted one changes nothing), the
+  notebook runs under 'pytest --nbval-lax', and each grader cell scores its points if it
+  ran without an exception, else 0 with its assertion message. A crashing or hanging cell
+  (see --timeout) scores what passed; the rest of the batch is still graded.
+
+The course's own implementations:
+  A grader cell whose metadata lists 'forbid' (the course's own implementations of the
+  answer, e.g. ["mlinfra_lab.attention.online_softmax"]) runs under a guard: if anything
+  it runs calls a listed function, by any name, the cell fails with
+  "ForbiddenCallError: exercise X: your code called ...; write it yourself".
+
+The secret:
+  Hidden tests draw their inputs from grading_rng/grading_seed, seeded by the grading
+  secret: --secret S, else $MLINFRA_GRADE_SECRET, else the public default that release and
+  validate use. Grade with your own secret (prefer the environment variable: a command
+  line shows in the process list and the shell history), so that answers hard-coded
+  from reading the hidden tests fail. The secret is passed to the grading kernels only;
+  it is never printed, and the gradebook records only whether it was the default.
 
 Output: GRADEBOOK_DIR/gradebook.csv (student, lab, exercise, points, max, message) and
 gradebook.json (plus per-cell detail). Inputs that cannot be graded are printed one line
@@ -39,15 +53,19 @@ each and make the exit status 1 after the rest is graded.
 """
 
 
-def _execution_config(args: argparse.Namespace) -> ExecutionConfig:
-    """The `ExecutionConfig` of ``--timeout`` and ``--jobs``; `CommandError` if out of range."""
+def _execution_config(args: argparse.Namespace, default_secret: str) -> ExecutionConfig:
+    """The `ExecutionConfig` of ``--timeout``, ``--jobs`` and ``--secret`` (else
+    `default_secret`); `CommandError` if one is out of range."""
     from .execute import ExecutionConfig
 
     if args.timeout <= 0:
         raise CommandError("--timeout must be a positive number of seconds")
     if args.jobs < 1:
         raise CommandError("--jobs must be at least 1")
-    return ExecutionConfig(cell_timeout=args.timeout, jobs=args.jobs)
+    if args.secret is not None and not args.secret:
+        raise CommandError("--secret must not be empty")
+    config = ExecutionConfig(cell_timeout=args.timeout, jobs=args.jobs)
+    return config.with_secret(args.secret or default_secret)
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -68,11 +86,14 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
+    import os
+
     from .errors import GradingError
     from .grade import grade_submissions
     from .gradebook import write_gradebook
+    from .secret import DEFAULT_SECRET, SECRET_ENV
 
-    config = _execution_config(args)
+    config = _execution_config(args, os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
     try:
         report = grade_submissions(args.submissions, args.source, config, progress=True)
     except GradingError as err:
@@ -82,6 +103,10 @@ def _grade(args: argparse.Namespace) -> int:
         print(f"{result.student:20s} {result.lab:24s} {result.points:g} / {result.max_points:g}")
     for line in report.warnings:
         print(f"warning: {line}", file=sys.stderr)
+    if not config.record()["non_default_secret"]:
+        print("warning: graded with the public default secret, so hidden-test inputs are "
+              "those anyone can compute; grade with --secret or $MLINFRA_GRADE_SECRET",
+              file=sys.stderr)
     for problem in report.problems:
         print(f"not graded: {problem}", file=sys.stderr)
     print(f"gradebook: {csv_path} and {json_path}")
@@ -90,9 +115,10 @@ def _grade(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from .errors import GradingError
+    from .secret import DEFAULT_SECRET
     from .validate import validate_labs
 
-    config = _execution_config(args)
+    config = _execution_config(args, DEFAULT_SECRET)
     try:
         report = validate_labs(args.labs, config, progress=True)
     except GradingError as err:
@@ -135,17 +161,29 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     grade.add_argument("--jobs", type=int, default=1, metavar="N",
                        help="notebooks run side by side (default: 1; more helps only with "
                        "spare cores)")
+    grade.add_argument("--secret", default=None, metavar="S",
+                       help="the grading secret hidden tests draw their inputs from "
+                       "(default: $MLINFRA_GRADE_SECRET, else the public default)")
     grade.set_defaults(func=_grade)
 
     validate = commands.add_parser(
-        "validate", help="check every grader passes on the source and fails on the release",
-        description="For every lab with grader cells, run the source and its released "
-        "version under nbval: each grader cell must pass on the source and fail on the "
-        "release. Exits 1 naming the lab, exercise and cell id of any grader that fails on "
-        "the source or cannot fail. Labs without grader cells only get a warning.")
+        "validate", help="check every grader passes on the source and fails on the release "
+        "and on every wrong answer",
+        description="For every lab with grader cells, run under nbval the source, its "
+        "released version, and one variant per raw cell tagged 'wrong-answer' (the source "
+        "with that wrong answer in place of the solution cell it replaces): each grader "
+        "must pass on the source (inside its 'forbid' guard) and fail on the release, and "
+        "each wrong answer must fail at least one grader of its exercise. Exits 1 naming "
+        "the lab, exercise and cell of every grader that fails on the source or cannot "
+        "fail, every wrong answer the graders miss, and every exercise without a wrong "
+        "answer. Labs without grader cells only get a warning.")
     validate.add_argument("labs", metavar="LABS_DIR", help="a folder of labs, or one lab")
     validate.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                           help="per-cell time limit (default: 300)")
     validate.add_argument("--jobs", type=int, default=1, metavar="N",
                           help="notebooks run side by side (default: 1)")
+    validate.add_argument("--secret", default=None, metavar="S",
+                          help="run the hidden tests under this grading secret, to check "
+                          "they pass on the solutions with inputs other than the default's "
+                          "(default: the public default secret)")
     validate.set_defaults(func=_validate)

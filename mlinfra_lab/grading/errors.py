@@ -5,12 +5,18 @@ the command line prints its message on one line. Problems with one *submission* 
 that is not a notebook, a notebook of an unknown lab) are not raised out of
 `grade_submissions`: they are collected as `SubmissionProblem` records so the rest of the
 batch is still graded.
+
+`ForbiddenCallError` and `CallGuardError` are raised inside a student's kernel, by the guard
+that a grader with ``forbid`` metadata runs under (see `forbid`); this module imports
+nothing, so that guard stays cheap to import there.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "CallGuardError",
     "ExecutionError",
+    "ForbiddenCallError",
     "GradingError",
     "MarkerError",
     "SourceLabError",
@@ -36,3 +42,11 @@ class SubmissionError(GradingError):
 
 class ExecutionError(GradingError):
     """The nbval run itself could not start (pytest or nbval missing, kernel not installed)."""
+
+
+class ForbiddenCallError(GradingError):
+    """A grader's code called a function its ``forbid`` list names (the student's fix)."""
+
+
+class CallGuardError(GradingError):
+    """The guard of a ``forbid`` grader could not be installed or was removed while it ran."""

@@ -23,6 +23,9 @@ Design decisions:
 - Outcomes stream in through `nbval_report` (JSON lines), which also drives the progress
   bar; a whole-batch safety timeout (per-cell timeout x cells, plus kernel start-ups) kills
   the process group if nbval itself ever hangs, keeping the outcomes already written.
+- The grading secret (see `secret`) reaches the kernels as one more ``env`` entry
+  (`ExecutionConfig.with_secret`); `ExecutionConfig.record`, what a gradebook saves, leaves
+  its value out and keeps only whether it was the default.
 - A notebook can kill the pytest process itself (``os.kill(os.getppid(), 9)``); the
   notebooks of that process that had not started then run once more in a fresh process,
   so one submission cannot take its neighbours' scores down with it.
@@ -41,10 +44,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .errors import ExecutionError
+from .secret import DEFAULT_SECRET, SECRET_ENV
 
 __all__ = ["CellOutcome", "ExecutionConfig", "run_notebooks"]
 
@@ -57,6 +61,21 @@ class ExecutionConfig:
     startup_timeout: float = 60.0  # seconds a kernel may take to start
     env: tuple[tuple[str, str], ...] = (("MPLBACKEND", "Agg"),)  # extra kernel environment
     jobs: int = 1  # pytest processes running notebooks side by side (see module docstring)
+
+    def with_secret(self, secret: str) -> ExecutionConfig:
+        """This config with the grading secret set in the kernels' environment."""
+        if not secret:
+            raise ValueError("the grading secret must not be empty")
+        env = tuple((k, v) for k, v in self.env if k != SECRET_ENV)
+        return replace(self, env=(*env, (SECRET_ENV, secret)))
+
+    def record(self) -> dict:
+        """The config as a gradebook saves it: the secret's value left out (see docstring)."""
+        out = asdict(self)
+        out["env"] = [[k, v] for k, v in self.env if k != SECRET_ENV]
+        secret = dict(self.env).get(SECRET_ENV) or os.environ.get(SECRET_ENV) or DEFAULT_SECRET
+        out["non_default_secret"] = secret != DEFAULT_SECRET
+        return out
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@ Design decisions:
   message saying so, like a failed one: a submission "scores what passed".
 - All submissions run in one nbval batch (see `execute`); the prepared notebooks live in a
   temporary folder, one sub-folder each, so every kernel starts in its own empty folder.
+- A note on a restored read-only cell (edited, deleted) is added to the message of the
+  next grader of the lab, the one that runs it, so it shows in that exercise's row.
+- The kernels get the grading secret through ``config.env`` (``grade --secret``); the
+  report records only whether it was the default (`ExecutionConfig.record`).
 - A notebook whose lab has no grader cells is graded to 0 of 0 and listed with a warning,
   not a problem: placeholder labs exist while the course is being written.
 """
@@ -24,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .execute import CellOutcome, ExecutionConfig, run_notebooks
-from .restore import restore_graders
-from .submissions import SubmissionProblem, find_submissions, load_source_labs
+from .restore import RestoreNote, restore_graders
+from .submissions import SourceLab, SubmissionProblem, find_submissions, load_source_labs
 
 __all__ = ["CellResult", "GradeConfig", "GradeReport", "GradeResult", "grade_submissions"]
 
@@ -89,12 +93,22 @@ class GradeReport:
 
     def as_dict(self) -> dict:
         return {
-            "config": asdict(self.config),
+            "config": self.config.record(),
             "results": [asdict(r) | {"points": r.points, "max": r.max_points}
                         for r in self.results],
             "problems": [asdict(p) for p in self.problems],
             "warnings": list(self.warnings),
         }
+
+
+def _notes_per_grader(lab: SourceLab, notes: dict[str, RestoreNote]) -> dict[str, str]:
+    """The restore notes to show per grader id: its own, then the read-only cells' it runs."""
+    messages = {g.cell_id: [notes[g.cell_id].message] for g in lab.graders}
+    for cell in lab.readonly:
+        after = [g for g in lab.graders if g.index > cell.index] or list(lab.graders[-1:])
+        if after and notes[cell.cell_id].message:
+            messages[after[0].cell_id].append(notes[cell.cell_id].message)
+    return {cell_id: "; ".join(m for m in msgs if m) for cell_id, msgs in messages.items()}
 
 
 def _score(outcome: CellOutcome | None, points: float, note: str) -> tuple[float, bool, str]:
@@ -143,9 +157,9 @@ def grade_submissions(
     for sub, path, note in zip(graded, prepared, notes, strict=True):
         ran = outcomes.get(path, {})
         cells = []
+        messages = _notes_per_grader(labs[sub.lab], note)
         for g in labs[sub.lab].graders:
-            points, passed, message = _score(ran.get(g.cell_id), g.points,
-                                             note[g.cell_id].message)
+            points, passed, message = _score(ran.get(g.cell_id), g.points, messages[g.cell_id])
             cells.append(CellResult(g.cell_id, g.exercise, points, g.points, passed, message))
         results.append(GradeResult(sub.student, sub.lab, str(sub.path), tuple(cells)))
     return GradeReport(tuple(results), tuple(problems), tuple(warnings), config)

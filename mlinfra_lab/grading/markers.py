@@ -1,9 +1,10 @@
-"""Read a lab notebook's markers: solution spans, hidden-test spans and grader cells.
+"""Read a lab notebook's markers: solution spans, hidden-test spans, grader and read-only cells.
 
-Contract: `grader_cells(nb)` returns the lab's graded cells (id, exercise, points, full and
-visible text, checksum) in notebook order, and `replace_solutions` / `strip_hidden` turn an
-instructor cell's text into its student version; any malformed marker raises `MarkerError`
-naming the cell.
+Contract: `grader_cells(nb)` returns the lab's graded cells (id, exercise, points, ``forbid``
+list, full and visible text, checksum) in notebook order, `readonly_cells(nb)` the cells
+tagged ``readonly``, and `replace_solutions` / `strip_hidden` turn an instructor cell's text
+into its student version; any malformed marker raises `MarkerError` naming the cell. (The
+``wrong-answer`` cells are read by `variants`.)
 
 Design decisions:
 - The markers are nbgrader's (`### BEGIN SOLUTION` ... `### END SOLUTION`,
@@ -18,6 +19,13 @@ Design decisions:
   ``metadata.exercise`` if it has one, else the exercise of the next grader cell.
 - Hidden tests may only sit in grader cells (grading restores grader cells only: a hidden
   span elsewhere would be lost), and solution spans never in grader cells.
+- ``"forbid": ["mlinfra_lab.attention.online_softmax", ...]`` in a grader's metadata lists
+  the course's own implementations of the answer; here it is only checked for shape (a
+  list of ``mlinfra_lab.`` names): `submissions.read_source_lab` resolves the names, and
+  `forbid` refuses their calls while the grader runs.
+- A ``readonly`` code cell holds code a grader runs (a wrapper, a helper) that the student
+  must not change: grading restores it by id like a grader, the release marks it
+  non-editable. It holds no markers, and is never a grader too.
 - The checksum is SHA-256 of the full source text of a grader (hidden tests included): the
   release stores it, so the grader can tell a submission made from an older release.
 
@@ -33,15 +41,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import MarkerError
+from .forbid import PACKAGE_PREFIX, guard_source
 
 __all__ = [
     "GRADER_TAG",
     "HIDDEN_BEGIN",
+    "READONLY_TAG",
+    "SOLUTION_BEGIN",
     "GraderCell",
+    "ReadonlyCell",
     "checksum",
+    "clear_outputs",
     "grader_cells",
     "has_markers",
+    "has_tag",
     "is_grader",
+    "is_readonly",
+    "readonly_cells",
     "replace_solutions",
     "solution_exercise",
     "strip_hidden",
@@ -52,6 +68,7 @@ SOLUTION_END = "### END SOLUTION"
 HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
 HIDDEN_END = "### END HIDDEN TESTS"
 GRADER_TAG = "grader"
+READONLY_TAG = "readonly"
 _ALL_MARKERS = (SOLUTION_BEGIN, SOLUTION_END, HIDDEN_BEGIN, HIDDEN_END)
 
 
@@ -64,6 +81,7 @@ class GraderCell:
     points: float  # awarded when the cell runs without an exception
     index: int  # position among all the notebook's cells
     source: str  # full instructor text, hidden tests included
+    forbid: tuple[str, ...] = ()  # course functions the code under test must not call
 
     @property
     def visible(self) -> str:
@@ -73,6 +91,30 @@ class GraderCell:
     @property
     def has_hidden(self) -> bool:
         return any(line.strip() == HIDDEN_BEGIN for line in self.source.splitlines())
+
+    @property
+    def checksum(self) -> str:
+        return checksum(self.source)
+
+    @property
+    def run_source(self) -> str:
+        """The text grading runs: the source, inside the `forbid` guard when it has a list."""
+        if not self.forbid:
+            return self.source
+        return guard_source(self.source, self.forbid, self.exercise)
+
+
+@dataclass(frozen=True)
+class ReadonlyCell:
+    """One ``readonly`` cell of a source lab: restored by id at grading, never scored."""
+
+    cell_id: str
+    index: int  # position among all the notebook's cells
+    source: str
+
+    @property
+    def visible(self) -> str:
+        return self.source
 
     @property
     def checksum(self) -> str:
@@ -129,10 +171,38 @@ def strip_hidden(source: str, where: str = "cell") -> str:
     return "\n".join(lines).rstrip()
 
 
+def clear_outputs(cells: list[Any]) -> None:
+    """Empty the outputs and execution counts of the code cells of `cells`, in place."""
+    for cell in cells:
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+
+
+def has_tag(cell: Any, tag: str) -> bool:
+    """True when `cell`'s ``metadata.tags`` holds `tag`, whatever the cell type."""
+    tags = cell.get("metadata", {}).get("tags", [])
+    return isinstance(tags, list) and tag in tags
+
+
 def is_grader(cell: Any) -> bool:
     """True for a code cell tagged ``grader``."""
-    tags = cell.get("metadata", {}).get("tags", [])
-    return cell.get("cell_type") == "code" and isinstance(tags, list) and GRADER_TAG in tags
+    return cell.get("cell_type") == "code" and has_tag(cell, GRADER_TAG)
+
+
+def is_readonly(cell: Any) -> bool:
+    """True for a code cell tagged ``readonly``."""
+    return cell.get("cell_type") == "code" and has_tag(cell, READONLY_TAG)
+
+
+def _forbid_list(meta: dict, where: str) -> tuple[str, ...]:
+    names = meta.get("forbid", [])
+    if not isinstance(names, list) or not all(
+            isinstance(n, str) and n.startswith(PACKAGE_PREFIX) for n in names):
+        raise MarkerError(f"{where}: metadata 'forbid' must be a list of dotted names of the "
+                          "course package, e.g. [\"mlinfra_lab.attention.online_softmax\"], "
+                          f"got {names!r}")
+    return tuple(names)
 
 
 def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
@@ -163,7 +233,39 @@ def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
             raise MarkerError(f"{where}: a grader cell cannot hold a solution span; move the "
                               "solution into a cell of its own")
         list(_spans(text.splitlines(), HIDDEN_BEGIN, HIDDEN_END, where))  # validates
-        found.append(GraderCell(cell_id, exercise.strip(), float(points), index, text))
+        forbid = _forbid_list(meta, where)
+        if forbid and text.lstrip().startswith("%%"):
+            raise MarkerError(f"{where}: a grader with 'forbid' runs inside a guard block, "
+                              "so it cannot start with a cell magic; remove the magic")
+        if has_tag(cell, READONLY_TAG):
+            raise MarkerError(f"{where} is tagged both 'grader' and '{READONLY_TAG}'; a grader "
+                              "is already restored at grading: remove the readonly tag")
+        found.append(GraderCell(cell_id, exercise.strip(), float(points), index, text, forbid))
+    return found
+
+
+def readonly_cells(nb: Any, lab: str = "lab") -> list[ReadonlyCell]:
+    """The ``readonly`` cells of `nb`, validated; raises `MarkerError` naming the cell."""
+    found: list[ReadonlyCell] = []
+    seen: set[str] = set()
+    for index, cell in enumerate(nb.cells):
+        if not has_tag(cell, READONLY_TAG) or is_grader(cell):
+            continue  # a grader tagged readonly is reported by grader_cells
+        cell_id = cell.get("id")
+        where = f"{lab}: readonly cell {cell_id or f'#{index}'}"
+        if cell.get("cell_type") != "code":
+            raise MarkerError(f"{where} is a {cell.get('cell_type')} cell; the "
+                              f"'{READONLY_TAG}' tag is for code cells a grader runs")
+        if not cell_id:
+            raise MarkerError(f"{where} has no cell id; re-save the notebook with nbformat "
+                              ">= 4.5 so read-only cells can be restored by id")
+        if cell_id in seen:
+            raise MarkerError(f"{where}: the id is used twice; give each cell its own id")
+        seen.add(cell_id)
+        if has_markers(cell.get("source", "")):
+            raise MarkerError(f"{where} holds solution or hidden-test markers; a read-only "
+                              "cell is restored from the source as is: move the markers out")
+        found.append(ReadonlyCell(cell_id, index, cell.get("source", "")))
     return found
 
 

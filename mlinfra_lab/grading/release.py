@@ -2,8 +2,9 @@
 
 Contract: `release_notebook(src, out)` writes the student notebook of one instructor lab and
 `release_dir(src, out)` does it for every ``*.ipynb`` of a folder; the released notebook
-carries ``metadata.mlinfra.lab`` (the lab's name, its file stem) and, on every grader cell,
-``metadata.checksum`` of the source grader text.
+carries ``metadata.mlinfra.lab`` (the lab's name, its file stem) and, on every grader and
+read-only cell, ``metadata.checksum`` of the source text; read-only cells are marked
+``editable: false, deletable: false``; no cell tagged ``wrong-answer`` is in it.
 
 Design decisions:
 - Grader cells keep their id, tags and metadata: grading finds them by id, restores their
@@ -12,6 +13,10 @@ Design decisions:
   submission made from an older release of the lab (its graders no longer match).
 - Every code cell loses its outputs and execution count: no solution output leaks, and nbval
   does not compare stale outputs.
+- Wrong answers (``wrong-answer`` cells) are checked like the other markers, so a malformed
+  one fails the release too, then dropped: every cell with that tag, whatever its type.
+- Read-only cells carry Jupyter's own ``editable``/``deletable`` flags, so the notebook
+  interface refuses edits; grading does not rely on them (it restores those cells by id).
 - The lab name is stamped into the notebook metadata because students rename files; the
   grader falls back to the file name only when the metadata is gone.
 """
@@ -25,13 +30,17 @@ from typing import Any
 from .errors import MarkerError, SourceLabError
 from .markers import (
     HIDDEN_BEGIN,
+    clear_outputs,
     grader_cells,
     has_markers,
     is_grader,
+    is_readonly,
+    readonly_cells,
     replace_solutions,
     solution_exercise,
     strip_hidden,
 )
+from .variants import is_wrong_answer, wrong_answers
 
 __all__ = [
     "clear_outputs",
@@ -65,21 +74,17 @@ def lab_notebooks(src: Path | str) -> list[Path]:
     return sorted(p for p in src.glob("*.ipynb") if p.is_file())
 
 
-def clear_outputs(cells: list[Any]) -> None:
-    """Empty the outputs and execution counts of the code cells of `cells`, in place."""
-    for cell in cells:
-        if cell.get("cell_type") == "code":
-            cell["outputs"] = []
-            cell["execution_count"] = None
-
-
 def release_node(nb: Any, lab: str) -> Any:
     """Return the student version of notebook node `nb` (a deep copy; `nb` is unchanged)."""
+    graders = grader_cells(nb, lab)
+    wrong_answers(nb, lab, graders)  # validates them; they are dropped below
+    checksums = {c.cell_id: c.checksum for c in [*graders, *readonly_cells(nb, lab)]}
     out = copy.deepcopy(nb)
     clear_outputs(out.cells)
-    checksums = {g.cell_id: g.checksum for g in grader_cells(nb, lab)}
     for index, cell in enumerate(out.cells):
         where = f"{lab}: cell {cell.get('id') or f'#{index}'}"
+        if is_wrong_answer(cell):
+            continue  # dropped below, after the loop (the indices are the source's)
         if cell.cell_type != "code":
             if has_markers(cell.source):
                 raise MarkerError(f"{where} is a {cell.cell_type} cell with solution or "
@@ -88,11 +93,14 @@ def release_node(nb: Any, lab: str) -> Any:
         if is_grader(cell):
             cell.source = strip_hidden(cell.source, where)
             cell.metadata["checksum"] = checksums[cell.id]
+        elif is_readonly(cell):
+            cell.metadata.update(editable=False, deletable=False, checksum=checksums[cell.id])
         elif has_markers(cell.source):
             if any(ln.strip() == HIDDEN_BEGIN for ln in cell.source.splitlines()):
                 raise MarkerError(f"{where}: hidden tests may only sit in a grader cell "
                                   "(tag it 'grader' with 'points' and 'exercise' metadata)")
             cell.source = replace_solutions(cell.source, solution_exercise(nb, index), where)
+    out.cells = [cell for cell in out.cells if not is_wrong_answer(cell)]
     out.metadata[LAB_METADATA_KEY] = {"lab": lab, "version": "student"}
     return out
 

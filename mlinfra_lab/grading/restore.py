@@ -1,9 +1,11 @@
-"""Put a source lab's grader cells back into a submission before it is executed.
+"""Put a source lab's grader and read-only cells back into a submission before it is executed.
 
 Contract: `restore_graders(submission_nb, lab)` returns a copy of the submission in which
-every grader cell of the source lab is the instructor's cell (full text with hidden tests,
-metadata, id), found by cell id; a deleted grader is re-inserted where the source has it;
-all outputs are cleared. It also returns, per grader id, what was changed, for the gradebook.
+every grader cell and every ``readonly`` cell of the source lab is the instructor's cell
+(full text with hidden tests, metadata, id), found by cell id; a deleted one is re-inserted
+where the source has it; a grader with ``forbid`` metadata runs inside its guard (see
+`forbid`); all outputs are cleared. It also returns, per restored cell id, what was
+changed, for the gradebook.
 
 Design decisions:
 - The cell id is the key, not the position or the tag: students insert, delete and move
@@ -13,6 +15,11 @@ Design decisions:
 - A student's copy of a grader (new id) stays as an ordinary, unscored cell; a duplicate of a
   grader id is dropped. A cell without any id (a tool that saved nbformat < 4.5) is matched
   by the checksum the release put in its metadata.
+- A read-only cell (a wrapper a grader calls) is restored exactly like a grader: a student
+  who rewrites it to pass the grader changes nothing. It is not scored; its note goes to
+  the next grader of the lab (the one that runs it) in the gradebook.
+- The guard is added here, to the text that runs, never to the released text: the student
+  sees the grader as written.
 - Every status is reported (`RestoreNote`): "as released", "edited", "deleted", and
   "older release" when the submission's checksum differs from the current source's, so an
   instructor can see who edited graders and who worked from an outdated release.
@@ -24,8 +31,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from .markers import GraderCell
-from .release import clear_outputs
+from .markers import GraderCell, ReadonlyCell, clear_outputs
 from .submissions import SourceLab
 
 __all__ = ["RestoreNote", "restore_graders"]
@@ -33,65 +39,78 @@ __all__ = ["RestoreNote", "restore_graders"]
 
 @dataclass(frozen=True)
 class RestoreNote:
-    """What the submission had in place of one grader cell."""
+    """What the submission had in place of one grader (or read-only) cell."""
 
     cell_id: str
     status: str  # "as released", "edited", "deleted"
     older_release: bool  # the submission's checksum is not the current source's
+    readonly: bool = False  # a read-only cell, not a grader
 
     @property
     def message(self) -> str:
-        """Empty for an untouched grader, else a sentence for the gradebook."""
+        """Empty for an untouched cell, else a sentence for the gradebook."""
+        what = f"read-only cell {self.cell_id}" if self.readonly else "grader cell"
+        source = "source cell" if self.readonly else "source grader"
         parts = []
         if self.status == "edited":
-            parts.append("grader cell was edited in the submission; the source grader was run")
+            parts.append(f"{what} was edited in the submission; the {source} was run")
         elif self.status == "deleted":
-            parts.append("grader cell was missing from the submission; the source grader "
+            parts.append(f"{what} was missing from the submission; the {source} "
                          "was re-inserted and run")
         if self.older_release:
-            parts.append("the submission was made from an older release of this grader")
+            parts.append(f"the submission was made from an older release of this "
+                         f"{'cell' if self.readonly else 'grader'}")
         return "; ".join(parts)
 
 
-def _status(cell: Any | None, grader: GraderCell) -> RestoreNote:
+def _status(cell: Any | None, restored: GraderCell | ReadonlyCell) -> RestoreNote:
+    readonly = isinstance(restored, ReadonlyCell)
     if cell is None:
-        return RestoreNote(grader.cell_id, "deleted", older_release=False)
+        return RestoreNote(restored.cell_id, "deleted", older_release=False, readonly=readonly)
     checksum = cell.get("metadata", {}).get("checksum")
-    older = checksum is not None and checksum != grader.checksum
-    edited = cell.get("source", "").rstrip() != grader.visible.rstrip()
-    return RestoreNote(grader.cell_id, "edited" if edited else "as released", older)
+    older = checksum is not None and checksum != restored.checksum
+    edited = cell.get("source", "").rstrip() != restored.visible.rstrip()
+    return RestoreNote(restored.cell_id, "edited" if edited else "as released", older,
+                       readonly)
+
+
+def _source_cell(lab: SourceLab, restored: GraderCell | ReadonlyCell) -> Any:
+    """The source cell that replaces `restored` in the submission, guarded if a grader."""
+    cell = copy.deepcopy(lab.notebook.cells[restored.index])
+    if isinstance(restored, GraderCell):
+        cell.source = restored.run_source
+    return cell
 
 
 def restore_graders(submission_nb: Any, lab: SourceLab) -> tuple[Any, dict[str, RestoreNote]]:
-    """Return (notebook ready to execute, notes per grader id); `submission_nb` is unchanged."""
+    """Return (notebook ready to execute, notes per restored cell id); the input is unchanged."""
     nb = copy.deepcopy(submission_nb)
     source_cells = lab.notebook.cells
-    by_id = {g.cell_id: g for g in lab.graders}
+    by_id = {c.cell_id: c for c in lab.restored}
     notes: dict[str, RestoreNote] = {}
     cells = []
-    by_checksum = {g.checksum: g.cell_id for g in lab.graders}
+    by_checksum = {c.checksum: c.cell_id for c in lab.restored}
     for cell in nb.cells:
         cell_id = cell.get("id")
         if not cell_id:  # a tool that wrote nbformat < 4.5 dropped the ids: use the checksum
             cell_id = by_checksum.get(cell.get("metadata", {}).get("checksum"))
         if cell_id in by_id:
             if cell_id in notes:
-                continue  # a duplicate of a grader id: drop it
-            grader = by_id[cell_id]
-            notes[cell_id] = _status(cell, grader)
-            cell = copy.deepcopy(source_cells[grader.index])
+                continue  # a duplicate of a restored id: drop it
+            notes[cell_id] = _status(cell, by_id[cell_id])
+            cell = _source_cell(lab, by_id[cell_id])
         cells.append(cell)
-    for grader in lab.graders:  # source order, so a re-inserted grader can anchor the next
-        if grader.cell_id in notes:
+    for restored in lab.restored:  # source order, so a re-inserted cell can anchor the next
+        if restored.cell_id in notes:
             continue
-        notes[grader.cell_id] = _status(None, grader)
+        notes[restored.cell_id] = _status(None, restored)
         position = 0
         present = {c.get("id"): i for i, c in enumerate(cells)}
-        for previous in reversed(source_cells[: grader.index]):
+        for previous in reversed(source_cells[: restored.index]):
             if previous.get("id") in present:
                 position = present[previous.get("id")] + 1
                 break
-        cells.insert(position, copy.deepcopy(source_cells[grader.index]))
+        cells.insert(position, _source_cell(lab, restored))
     clear_outputs(cells)
     nb.cells = cells
     return nb, notes

@@ -1,7 +1,8 @@
 """Find the source labs and the submissions, and tell which student and lab each one is.
 
 Contract: `load_source_labs(source)` reads the instructor labs (a notebook or a folder of
-them) and `find_submissions(args, labs)` turns command-line paths into `Submission`s plus one
+them: grader, read-only and wrong-answer cells validated, every ``forbid`` name resolved, so
+a lab with a bad marker fails here with a `MarkerError` naming the cell) and `find_submissions(args, labs)` turns command-line paths into `Submission`s plus one
 `SubmissionProblem` line per input that cannot be graded, never raising for a bad submission.
 
 Naming convention (also in ``mlinfra-lab grade --help``):
@@ -23,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import SourceLabError, SubmissionError
-from .markers import GraderCell, grader_cells
+from .errors import MarkerError, SourceLabError, SubmissionError
+from .forbid import forbidden_codes
+from .markers import GraderCell, ReadonlyCell, grader_cells, readonly_cells
 from .release import LAB_METADATA_KEY, lab_notebooks, read_notebook
+from .variants import WrongAnswer, wrong_answers
 
 __all__ = [
     "SourceLab",
@@ -41,12 +44,19 @@ _SEPARATORS = "_-. "
 
 @dataclass(frozen=True)
 class SourceLab:
-    """One instructor lab: its name (file stem), path, notebook and grader cells."""
+    """One instructor lab: its name (file stem), path, notebook and marked cells."""
 
     name: str
     path: Path
     notebook: Any = field(repr=False, compare=False)
     graders: tuple[GraderCell, ...] = ()
+    readonly: tuple[ReadonlyCell, ...] = ()
+    wrong_answers: tuple[WrongAnswer, ...] = ()
+
+    @property
+    def restored(self) -> tuple[GraderCell | ReadonlyCell, ...]:
+        """The cells grading restores from the source by id (graders, read-only), in order."""
+        return tuple(sorted((*self.graders, *self.readonly), key=lambda c: c.index))
 
 
 @dataclass(frozen=True)
@@ -71,9 +81,20 @@ class SubmissionProblem:
 
 
 def read_source_lab(path: Path) -> SourceLab:
-    """Read one source lab; raises `SourceLabError`/`MarkerError` on a bad lab."""
-    nb = read_notebook(path)
-    return SourceLab(path.stem, path, nb, tuple(grader_cells(nb, path.stem)))
+    """Read one source lab; raises `SourceLabError`/`MarkerError` on a bad lab.
+
+    Resolving the ``forbid`` names imports the course modules they name.
+    """
+    nb, lab = read_notebook(path), path.stem
+    graders = tuple(grader_cells(nb, lab))
+    for g in graders:
+        for name in g.forbid:
+            try:
+                forbidden_codes(name)
+            except MarkerError as err:
+                raise MarkerError(f"{lab}: grader cell {g.cell_id}: {err}") from err
+    return SourceLab(lab, path, nb, graders, tuple(readonly_cells(nb, lab)),
+                     tuple(wrong_answers(nb, lab, graders)))
 
 
 def load_source_labs(source: Path | str) -> dict[str, SourceLab]:

@@ -1,41 +1,55 @@
-"""Prove a lab's graders can fail: each must pass on the source and fail on the release.
+"""Prove a lab's graders can fail: on the release, and on every wrong answer the source keeps.
 
-Contract: `validate_labs(labs)` runs every lab that has grader cells twice under nbval (the
-instructor source, and its released student version, where every solution raises
-`NotImplementedError`) and returns a `ValidationReport` whose ``problems`` name the lab,
-exercise and cell id of every grader that fails on the source or passes on the release.
+Contract: `validate_labs(labs)` runs, for every lab that has grader cells, the instructor
+source, its released student version (as grading would run it: graders restored, hidden
+tests included) and one variant per ``wrong-answer`` cell (see `variants`), all under nbval
+in one batch, and returns a `ValidationReport` whose ``problems`` name the lab, exercise and
+cell of: every grader that fails on the source or passes on the release, every wrong answer
+that passes all the graders of its exercise (with its ``why``), every exercise without a
+wrong answer, and every non-grader cell that errors on the source.
 
 Design decisions:
 - A grader that passes on the release cannot fail: it checks constants, or code the student
   does not write, so it would give points for nothing. A grader that fails on the source
   would take points from a correct answer. Both are errors.
+- Failing on a `NotImplementedError` stub proves little; failing on a plausible wrong answer
+  (an off-by-one tile, a missing rescale, a call to the course's own implementation) proves
+  the grader checks the answer. So every exercise must carry at least one.
+- Graders run as grading runs them: a grader with ``forbid`` metadata runs inside its guard
+  on the source too, so a grader that itself calls a forbidden function (or a package
+  function that calls one) fails here, on the instructor's side, not on every student.
+- The kernels get ``config.env`` (``validate --secret S`` checks the hidden tests pass on the
+  solutions under another secret; the default is `secret.DEFAULT_SECRET`).
 - A lab without grader cells is a warning, not an error (placeholder labs), and so is a lab
   without hidden tests (the course asks each lab to have some).
-- Malformed markers (an unclosed span, a grader without points) are errors of that lab; the
-  other labs are still validated.
-- All notebooks run in one nbval batch, one after the other (see `execute` for why not in
-  parallel on 2 cores). The source is run from a copy with cleared outputs, in a temporary
-  folder, like a submission.
+- Malformed markers (an unclosed span, a grader without points, a wrong answer that is not
+  a raw cell, a ``forbid`` name that does not resolve) are errors of that lab; the other
+  labs are still validated.
+- All notebooks run in one nbval batch (``config.jobs`` processes, see `execute`), each in a
+  folder of its own under a temporary folder, like a submission.
 """
 
 from __future__ import annotations
 
-import copy
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import GradingError
-from .execute import ExecutionConfig, run_notebooks
-from .release import clear_outputs, lab_notebooks, release_node
+from .execute import CellOutcome, ExecutionConfig, run_notebooks
+from .release import lab_notebooks, release_node
+from .restore import restore_graders
 from .submissions import SourceLab, read_source_lab
+from .variants import WRONG_ANSWER_TAG, source_run, variant_notebook
 
 __all__ = ["ValidationProblem", "ValidationReport", "validate_labs"]
 
 
 @dataclass(frozen=True)
 class ValidationProblem:
-    """One grader (or lab) that does not do its job."""
+    """One grader (or lab, exercise, wrong answer) that does not do its job."""
 
     lab: str
     exercise: str
@@ -44,8 +58,10 @@ class ValidationProblem:
 
     def __str__(self) -> str:
         where = f"lab {self.lab}"
+        if self.exercise:
+            where += f", exercise {self.exercise}"
         if self.cell_id:
-            where += f", exercise {self.exercise}, cell {self.cell_id}"
+            where += f", cell {self.cell_id}"
         return f"{where}: {self.problem}"
 
 
@@ -53,7 +69,7 @@ class ValidationProblem:
 class ValidationReport:
     """What `validate_labs` found: per-lab summary lines, problems and warnings."""
 
-    checked: tuple[str, ...]  # "lab: N grader cells ok" lines
+    checked: tuple[str, ...]  # "lab X: N grader cells ..." lines of the labs without problems
     problems: tuple[ValidationProblem, ...]
     warnings: tuple[str, ...]
     config: ExecutionConfig = field(default_factory=ExecutionConfig)
@@ -61,6 +77,56 @@ class ValidationReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+def _read(path: Path) -> tuple[SourceLab, Any]:
+    lab = read_source_lab(path)
+    return lab, release_node(lab.notebook, lab.name)
+
+
+def _missing_wrong_answers(lab: SourceLab) -> list[ValidationProblem]:
+    covered = {w.exercise for w in lab.wrong_answers}
+    exercises = dict.fromkeys(g.exercise for g in lab.graders)  # lab order, no repeats
+    return [ValidationProblem(
+        lab.name, exercise, "",
+        f"no wrong answer to prove its graders: add a raw cell tagged '{WRONG_ANSWER_TAG}' "
+        f"with metadata {{\"exercise\": \"{exercise}\", \"why\": \"<the mistake>\"}} holding "
+        "a plausible wrong answer (the full text of the solution cell it replaces)")
+        for exercise in exercises if exercise not in covered]
+
+
+def _check(lab: SourceLab, ran: Callable[[str], dict[str, CellOutcome]]) -> list[ValidationProblem]:
+    """The problems of one lab, given `ran(run)`: the outcomes of run "source", "release",
+    or "wrong:<cell id>"."""
+    problems = []
+    for g in lab.graders:
+        on_source, on_release = ran("source").get(g.cell_id), ran("release").get(g.cell_id)
+        if on_source is None or not on_source.passed:
+            why = on_source.message if on_source else "it never ran"
+            problems.append(ValidationProblem(
+                lab.name, g.exercise, g.cell_id,
+                f"fails on the source (with the solutions): {why}"))
+        if on_release is not None and on_release.passed:
+            problems.append(ValidationProblem(
+                lab.name, g.exercise, g.cell_id,
+                "passes on the released notebook, so it cannot fail: it must call the "
+                "student's code"))
+    grader_ids = {g.cell_id for g in lab.graders}
+    for cell_id, outcome in ran("source").items():
+        if cell_id not in grader_ids and outcome.outcome == "failed":
+            problems.append(ValidationProblem(
+                lab.name, "", cell_id,
+                f"a non-grader cell errors on the source: {outcome.message}"))
+    for wrong in lab.wrong_answers:
+        outcomes = ran(f"wrong:{wrong.cell_id}")
+        graders = [g for g in lab.graders if g.exercise == wrong.exercise]
+        if all(outcomes.get(g.cell_id) is not None and outcomes[g.cell_id].passed
+               for g in graders):
+            problems.append(ValidationProblem(
+                lab.name, wrong.exercise, wrong.cell_id,
+                f"this wrong answer ({wrong.why}) passes every grader of the exercise; make "
+                "a grader catch it"))
+    return problems
 
 
 def validate_labs(
@@ -72,11 +138,10 @@ def validate_labs(
     config = config or ExecutionConfig()
     problems: list[ValidationProblem] = []
     warnings: list[str] = []
-    runnable: list[tuple[SourceLab, object]] = []  # (lab, its released notebook)
+    runnable: list[tuple[SourceLab, Any]] = []  # (lab, its released notebook)
     for path in lab_notebooks(labs):
         try:
-            lab = read_source_lab(path)
-            released = release_node(lab.notebook, lab.name)
+            lab, released = _read(path)
         except GradingError as err:
             problems.append(ValidationProblem(path.stem, "", "", str(err)))
             continue
@@ -87,45 +152,28 @@ def validate_labs(
             warnings.append(f"lab {lab.name}: no grader has hidden tests; add one "
                             "(### BEGIN HIDDEN TESTS ... ### END HIDDEN TESTS)")
         runnable.append((lab, released))
-    checked = []
+    runs: dict[tuple[str, str], Path] = {}  # (lab, "source" | "release" | "wrong:ID") -> path
     with tempfile.TemporaryDirectory(prefix="mlinfra-validate-") as tmp:
-        pairs = []
-        for lab, released in runnable:
-            src_path = Path(tmp) / "source" / f"{lab.name}.ipynb"
-            rel_path = Path(tmp) / "release" / f"{lab.name}.ipynb"
-            source = copy.deepcopy(lab.notebook)
-            clear_outputs(source.cells)
-            for target, nb in ((src_path, source), (rel_path, released)):
-                target.parent.mkdir(exist_ok=True)
+        for k, (lab, released) in enumerate(runnable):
+            notebooks = {"source": source_run(lab.notebook, lab.graders),
+                         "release": restore_graders(released, lab)[0]}
+            for wrong in lab.wrong_answers:
+                notebooks[f"wrong:{wrong.cell_id}"] = variant_notebook(lab.notebook, lab.graders, wrong)
+            for j, (run, nb) in enumerate(notebooks.items()):
+                target = Path(tmp) / f"{k:03d}" / f"{j:03d}" / f"{lab.name}.ipynb"
+                target.parent.mkdir(parents=True)
                 nbformat.write(nb, str(target))
-            pairs.append((lab, src_path.resolve(), rel_path.resolve()))
-        outcomes = run_notebooks([p for _, s, r in pairs for p in (s, r)], config, progress=(
-            f"validating {len(pairs)} labs" if progress and pairs else None))
-    for lab, src_path, rel_path in pairs:
-        bad = 0
-        for g in lab.graders:
-            on_source = outcomes.get(src_path, {}).get(g.cell_id)
-            on_release = outcomes.get(rel_path, {}).get(g.cell_id)
-            if on_source is None or not on_source.passed:
-                why = on_source.message if on_source else "it never ran"
-                problems.append(ValidationProblem(
-                    lab.name, g.exercise, g.cell_id,
-                    f"fails on the source (with the solutions): {why}"))
-                bad += 1
-            if on_release is not None and on_release.passed:
-                problems.append(ValidationProblem(
-                    lab.name, g.exercise, g.cell_id,
-                    "passes on the released notebook, so it cannot fail: it must call the "
-                    "student's code"))
-                bad += 1
-        grader_ids = {g.cell_id for g in lab.graders}
-        for cell_id, outcome in outcomes.get(src_path, {}).items():
-            if cell_id not in grader_ids and outcome.outcome == "failed":
-                problems.append(ValidationProblem(
-                    lab.name, "", cell_id,
-                    f"a non-grader cell errors on the source: {outcome.message}"))
-                bad += 1
-        if not bad:
+                runs[lab.name, run] = target.resolve()
+        outcomes = run_notebooks(list(runs.values()), config, progress=(
+            f"validating {len(runnable)} labs ({len(runs)} notebooks)"
+            if progress and runs else None))
+    checked = []
+    for lab, _ in runnable:
+        found = _missing_wrong_answers(lab) + _check(
+            lab, lambda run, lab=lab: outcomes.get(runs[lab.name, run], {}))
+        problems += found
+        if not found:
             checked.append(f"lab {lab.name}: {len(lab.graders)} grader cells pass on the "
-                           "source and fail on the release")
+                           f"source and fail on the release and on {len(lab.wrong_answers)} "
+                           "wrong answers")
     return ValidationReport(tuple(checked), tuple(problems), tuple(warnings), config)

@@ -1,0 +1,227 @@
+"""Refuse calls of the course's own implementations while a grader cell runs.
+
+Contract: ``with forbid_calls(names, exercise="X"):`` runs its body under a profile hook
+that fails every call of the Python code the dotted `names` resolve to (from anywhere,
+through any alias) with `ForbiddenCallError`: "exercise X: your code called
+mlinfra_lab...., the course's own implementation; write it yourself". A forbidden call is
+also reported when the block ends, even if the student's code caught the error. A guard
+that cannot be installed, or is removed while the block runs, raises `CallGuardError`.
+`guard_source(text, names, exercise)` is a grader cell's text wrapped in that block: what
+grading and validation run in place of a grader cell that carries ``forbid`` metadata.
+`forbidden_codes(name)` resolves one name (``MarkerError`` when it does not resolve).
+
+Design decisions:
+- Code objects, not names: a name such as ``mlinfra_lab.attention.online_softmax`` is
+  resolved once (importing its module) to the function's ``__code__``; an alias
+  (``f = online_softmax``, ``from ... import ... as``, a function stored in a dict) runs the
+  same code object, so it is caught. A bound method gives its function; a class gives every
+  function of its own body (methods, static and class methods, properties, the
+  ``__init__`` a dataclass generated), not the ones it inherits; ``functools.wraps``
+  layers are unwrapped to the innermost function (a decorator's wrapper code is shared by
+  everything it decorates, so it is never forbidden itself), and a ``@triton.jit`` object
+  gives its Python function (``.fn``).
+- ``sys.setprofile`` (and ``threading.setprofile`` for threads started in the block): the
+  hook sees a ``"call"`` event for every Python frame, compares ``id(frame.f_code)`` with a
+  set of ids (hashing a code object would hash its bytecode on every call) and raises.
+- CPython removes a profile function that raised, and student code may catch the error;
+  so the first violation is recorded, and leaving the block raises it again whatever
+  happened in between (chained to nothing, so a notebook's last exception line, which
+  is what the gradebook shows, is the `ForbiddenCallError` line).
+- Fail closed: if, right after installing, ``sys.getprofile()`` is not the hook (someone
+  replaced ``sys.setprofile``), or at the end of the block it is gone without a recorded
+  violation (the student's code called ``sys.setprofile``), the block raises
+  `CallGuardError` instead of reporting a pass it cannot vouch for.
+- Imported inside every graded kernel: standard library only, no work at import time.
+
+Caveats:
+- Threads already running when the block starts are not watched (Python 3.11 cannot set a
+  profile function for other running threads), nor are child processes.
+- A Triton kernel compiled for a GPU runs no Python: forbid the Python launcher too (under
+  the Triton interpreter, on a CPU, the kernel's own function runs and is caught).
+- This stops a student from using the course's implementation, not one who attacks the
+  guard in their own kernel (rebinding this module); such a submission shows it in its code.
+- Python-heavy graders run slower under a profile hook (each call and return runs it).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import pkgutil
+import sys
+import threading
+import tokenize
+import types
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .errors import CallGuardError, ForbiddenCallError, MarkerError
+
+__all__ = ["PACKAGE_PREFIX", "CallGuard", "forbid_calls", "forbidden_codes", "guard_source"]
+
+PACKAGE_PREFIX = "mlinfra_lab."
+GUARD_NAME = "_mlinfra_forbid_calls"  # the name the guarded grader text binds the guard to
+
+
+def _innermost(obj: Any) -> types.FunctionType | None:
+    """The Python function `obj` runs: methods, partials, wraps layers and jit objects undone."""
+    for _ in range(100):  # a __wrapped__ cycle must not hang the grader
+        if isinstance(obj, types.MethodType | staticmethod | classmethod):
+            obj = obj.__func__
+        elif isinstance(obj, functools.partial):
+            obj = obj.func
+        elif getattr(obj, "__wrapped__", None) is not None:
+            obj = obj.__wrapped__
+        elif not isinstance(obj, types.FunctionType) \
+                and isinstance(getattr(obj, "fn", None), types.FunctionType):
+            obj = obj.fn  # triton.jit's JITFunction / InterpretedFunction
+        else:
+            break
+    return obj if isinstance(obj, types.FunctionType) else None
+
+
+def _member_functions(cls: type, name: str) -> list[tuple[str, types.FunctionType]]:
+    """(label, function) for each function of `cls`'s own body, properties' accessors too."""
+    found = []
+    for attr, member in vars(cls).items():
+        if isinstance(member, property):
+            parts: Iterable[Any] = (member.fget, member.fset, member.fdel)
+        elif isinstance(member, functools.cached_property):
+            parts = (member.func,)
+        else:
+            parts = (member,)
+        found += [(f"{name}.{attr}", fn)
+                  for fn in map(_innermost, (p for p in parts if p is not None)) if fn]
+    return found
+
+
+def _forbidden_functions(name: str) -> list[tuple[str, types.FunctionType]]:
+    """(label for the message, function) pairs that `name` forbids; `MarkerError` if none."""
+    if not isinstance(name, str) or not name.startswith(PACKAGE_PREFIX):
+        raise MarkerError(f"forbid entry {name!r} must be the dotted path of a function or "
+                          f"class of the course package, starting with '{PACKAGE_PREFIX}'")
+    try:
+        obj = pkgutil.resolve_name(name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise MarkerError(f"forbid entry '{name}' does not resolve ({type(err).__name__}: "
+                          f"{err}); fix the dotted path") from err
+    if isinstance(obj, type):
+        functions = _member_functions(obj, name)
+    else:
+        functions = [(name, fn) for fn in [_innermost(obj)] if fn is not None]
+    if not functions:
+        raise MarkerError(f"forbid entry '{name}' is a {type(obj).__name__}, not a Python "
+                          "function or a class with functions of its own; list the function "
+                          "that implements the answer")
+    return functions
+
+
+def forbidden_codes(name: str) -> tuple[types.CodeType, ...]:
+    """The code objects a forbidden `name` stands for; `MarkerError` saying why if none."""
+    return tuple(fn.__code__ for _, fn in _forbidden_functions(name))
+
+
+class CallGuard:
+    """The context manager `forbid_calls` returns (see the module docstring)."""
+
+    def __init__(self, names: Sequence[str], exercise: str) -> None:
+        if isinstance(names, str):
+            names = [names]
+        self.exercise = exercise
+        self.names = tuple(names)
+        self._forbidden: dict[int, tuple[str, types.CodeType]] = {}  # holds the codes
+        for name in self.names:
+            for label, fn in _forbidden_functions(name):
+                self._forbidden.setdefault(id(fn.__code__), (label, fn.__code__))
+        self._by_id: dict[int, tuple[str, types.CodeType]] = {}  # what the hook watches now
+        self.violations: list[str] = []  # messages, in the order the calls happened
+        self._hook = self._make_hook()
+        self._previous: tuple[Any, Any] = (None, None)
+
+    def _make_hook(self) -> Any:
+        by_id, violations, message = self._by_id, self.violations, self.message
+
+        def hook(frame: types.FrameType, event: str, arg: Any) -> None:
+            if event == "call" and id(frame.f_code) in by_id:
+                label, code = by_id.get(id(frame.f_code), ("", None))
+                if code is frame.f_code:  # not an id reused after the guard ended
+                    violations.append(message(label))
+                    raise ForbiddenCallError(violations[-1])
+
+        return hook
+
+    def message(self, name: str) -> str:
+        """The one line a student reads when their code called `name`."""
+        return (f"exercise {self.exercise}: your code called {name}, the course's own "
+                "implementation; write it yourself")
+
+    def __enter__(self) -> CallGuard:
+        self._by_id.update(self._forbidden)
+        self._previous = (sys.getprofile(), threading.getprofile())
+        threading.setprofile(self._hook)
+        sys.setprofile(self._hook)
+        if sys.getprofile() is not self._hook \
+                or not isinstance(sys.setprofile, types.BuiltinFunctionType):
+            self._restore()
+            self._by_id.clear()
+            raise CallGuardError(f"exercise {self.exercise}: the grader's call guard cannot "
+                                 "be installed (sys.setprofile or sys.getprofile was "
+                                 "replaced in this notebook); remove that code, restart the "
+                                 "kernel and run again")
+        return self
+
+    def _restore(self) -> None:
+        previous, previous_threads = self._previous
+        sys.setprofile(previous)
+        threading.setprofile(previous_threads)
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> bool:
+        intact = sys.getprofile() is self._hook
+        self._restore()
+        self._by_id.clear()  # threads started in the block keep the hook: make it inert
+        if exc is not None and not isinstance(exc, Exception):
+            return False  # KeyboardInterrupt (a timeout), SystemExit: let it through
+        if self.violations:
+            if isinstance(exc, ForbiddenCallError):
+                return False
+            raise ForbiddenCallError(self.violations[0]) from None
+        if not intact:
+            raise CallGuardError(f"exercise {self.exercise}: the grader's call guard was "
+                                 "removed while the grader ran (sys.setprofile was called); "
+                                 "grading cannot tell whether your code called the course's "
+                                 "implementation, so this grader fails") from None
+        return False
+
+
+def forbid_calls(names: Sequence[str], exercise: str) -> CallGuard:
+    """A guard that fails any call of `names` inside its ``with`` block (see module docstring)."""
+    return CallGuard(names, exercise)
+
+
+def _rows_inside_strings(source: str) -> set[int]:
+    """1-based numbers of the lines that begin inside a multi-line token (a string)."""
+    rows: set[int] = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.end[0] > tok.start[0] and tok.type not in (tokenize.NL, tokenize.NEWLINE):
+                rows.update(range(tok.start[0] + 1, tok.end[0] + 1))
+    except (tokenize.TokenError, SyntaxError):
+        pass  # the cell will fail to compile anyway; indent every line
+    return rows
+
+
+def guard_source(source: str, names: Sequence[str], exercise: str) -> str:
+    """`source` (a grader cell's text) run inside ``forbid_calls(names, exercise)``.
+
+    Every line is indented by four spaces except those inside a multi-line string, whose
+    text must not change; a final ``pass`` keeps a body of comments valid.
+    """
+    inside = _rows_inside_strings(source)
+    body = [line if row in inside or not line.strip() else "    " + line
+            for row, line in enumerate(source.splitlines(), start=1)]
+    return "\n".join([
+        f"from mlinfra_lab.grading.forbid import forbid_calls as {GUARD_NAME}",
+        f"with {GUARD_NAME}({list(names)!r}, exercise={exercise!r}):",
+        *body,
+        "    pass",
+    ])
