@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from mlinfra_lab import runtime
+from mlinfra_lab import results, runtime
 from mlinfra_lab.attention.traffic import attention_flops
 
 __all__ = [
@@ -325,10 +325,9 @@ def plot_results(result: dict[str, Any], path: str | Path | None = None) -> Any:
 
 
 def committed_results(pattern: str = "h200-attention-*.json") -> list[Path]:
-    """Result files committed under the repository's ``benchmarks/results`` (newest last);
-    empty when the package was installed without the repository (Colab, pip)."""
-    root = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-    return sorted(root.glob(pattern)) if root.is_dir() else []
+    """Result files committed under the repository's ``benchmarks/results`` (newest last),
+    found in a checkout or in an installed wheel (`mlinfra_lab.results`)."""
+    return results.committed(pattern)
 
 
 def load_result(path: str | Path) -> dict[str, Any]:

@@ -38,6 +38,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mlinfra_lab.results import results_dir as committed_results_dir
+
 __all__ = ["BenchConfig", "QUERIES", "load_latest", "run_benchmark", "save", "synthetic_runs"]
 
 DAY = 86400.0
@@ -334,11 +336,12 @@ def save(result: dict[str, Any], out_dir: str | os.PathLike = "benchmarks/result
 def load_latest(results_dir: str | os.PathLike | None = None) -> tuple[Path, dict[str, Any]] | None:
     """The newest committed ``*tracking*.json`` result and its path (None when there is none).
 
-    Looks in `results_dir`, else in the repository's ``benchmarks/results`` (next to the
-    package in a source checkout), else in ``./benchmarks/results`` and ``../benchmarks/results``.
+    Looks in `results_dir`, else in the committed ``benchmarks/results`` (a source checkout's
+    or the installed wheel's copy, `mlinfra_lab.results`), else in ``./benchmarks/results``
+    and ``../benchmarks/results``.
     """
     candidates = [Path(results_dir)] if results_dir else [
-        Path(__file__).resolve().parents[2] / "benchmarks" / "results",
+        committed_results_dir(),
         Path.cwd() / "benchmarks" / "results",
         Path.cwd().parent / "benchmarks" / "results",
     ]  # fmt: skip

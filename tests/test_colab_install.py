@@ -1,0 +1,162 @@
+"""The Colab path: the built wheel, installed with ``[course]``, runs a chapter and a lab.
+
+Colab has torch, Jupyter and the scientific stack preinstalled, and nothing of this
+repository: its set-up cell pip-installs ``mlinfra-lab[course]``, and every later cell must
+import and read only what that install brought. This test replays it in a fresh virtual
+environment outside the checkout:
+
+1. build the wheel from a copy of the package sources (nothing is written in the checkout);
+2. create a virtual environment in tmp_path and install torch (``TORCH_CPU_PIN``, by default
+   the CPU build on this machine's disk) with ipykernel and nbclient, as Colab has them;
+3. ``pip install "<wheel>[course]"``: the course's other dependencies come from the index;
+4. copy one chapter and one lab into a temporary folder and execute them there with nbclient
+   in that environment, then check that the kernel imported ``mlinfra_lab`` from the venv.
+
+Chapter 4 imports the most dependencies (SQLAlchemy, Alembic, fsspec, networkx, matplotlib,
+ipywidgets) and plots a committed benchmark result, so it also proves the results ship in the
+wheel; lab 1 runs a Triton kernel (the interpreter on a CPU). Both take seconds; the
+installs take most of the test's two to three minutes on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ["book/04_tracking.ipynb", "labs/01_fused_attention.ipynb"]
+TORCH = os.environ.get("TORCH_CPU_PIN", "torch==2.13.0")
+PROBE = ("import json, sys, mlinfra_lab, torch\n"
+         "print('PROBE', json.dumps([mlinfra_lab.__file__, sys.executable, torch.__version__]))")
+
+# Runs inside the fresh venv: execute each notebook in the folder given, print one JSON line.
+RUNNER = """
+import json, sys, time
+from pathlib import Path
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+work, probe, report = Path(sys.argv[1]), sys.argv[2], {}
+for path in sorted(work.glob("*.ipynb")):
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(probe))
+    start, error = time.time(), None
+    try:
+        NotebookClient(nb, timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": str(work)}}).execute()
+    except CellExecutionError as exc:
+        error = str(exc)
+    text = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    report[path.name] = {"seconds": round(time.time() - start, 1), "error": error,
+                         "stdout": "".join(t if isinstance(t, str) else "".join(t) for t in text)}
+print(json.dumps(report))
+"""
+
+
+def _clean_env(venv: Path) -> dict[str, str]:
+    """The caller's environment less anything that points into the checkout or another venv."""
+    drop = {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "JUPYTER_PATH",
+            "TRITON_INTERPRET"}
+    env = {k: v for k, v in os.environ.items() if k not in drop and str(ROOT) not in v}
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if str(ROOT) not in p]
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), *path])
+    # No byte-compiling at install: torch alone has thousands of modules the notebooks never import.
+    env |= {"PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_COMPILE": "1",
+            "VIRTUAL_ENV": str(venv)}
+    return env
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int) -> str:
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out.stdout
+
+
+def _copy_sources(dest: Path) -> None:
+    """What building the wheel reads: pyproject.toml, the readme, the package, mapped folders."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    files = ["pyproject.toml", project["project"]["readme"]]
+    folders = ["mlinfra_lab", *project["tool"]["setuptools"].get("package-dir", {}).values()]
+    for name in files:
+        shutil.copy2(ROOT / name, dest / name)
+    for name in folders:
+        shutil.copytree(ROOT / name, dest / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+
+
+def _expected_wheel_files() -> set[str]:
+    """Every module of the package and every committed result, as wheel paths."""
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "mlinfra_lab").rglob("*.py")}
+    results = {f"mlinfra_lab/_results/{p.name}" for p in (ROOT / "benchmarks" / "results").iterdir()
+               if p.is_file()}
+    return modules | results
+
+
+@pytest.mark.foundation
+def test_pyproject_lists_every_sub_package() -> None:
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "mlinfra_lab").rglob("__init__.py")}
+    assert found <= listed, f"add {sorted(found - listed)} to [tool.setuptools] packages in pyproject.toml"
+
+
+@pytest.mark.foundation
+def test_requirements_txt_lists_the_course_extra() -> None:
+    def names(lines: list[str]) -> set[str]:
+        found = (re.match(r"\s*([A-Za-z0-9_.-]+)", line) for line in lines if not line.lstrip().startswith("#"))
+        return {m[1].lower().replace("_", "-") for m in found if m}
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = names(project["dependencies"] + project["optional-dependencies"]["course"])
+    listed = names((ROOT / "requirements.txt").read_text().splitlines())
+    assert wanted <= listed, f"add {sorted(wanted - listed)} to requirements.txt (the course extra has them)"
+
+
+@pytest.mark.install
+@pytest.mark.timeout(1500)
+def test_wheel_with_course_extra_runs_a_chapter_and_a_lab_outside_the_checkout(tmp_path: Path) -> None:
+    src, dist, venv, work = (tmp_path / n for n in ("src", "dist", "venv", "work"))
+    for d in (src, dist, work):
+        d.mkdir()
+    _copy_sources(src)
+    env = _clean_env(venv)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(src), "-w", str(dist)],
+         tmp_path, env, 600)
+    (wheel,) = dist.glob("mlinfra_lab-*.whl")
+    missing = _expected_wheel_files() - set(zipfile.ZipFile(wheel).namelist())
+    assert not missing, f"the wheel lacks {sorted(missing)[:10]}: check pyproject's packages and package-data"
+
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env, 300)
+    python = str(venv / "bin" / "python")
+    _run([python, "-m", "pip", "install", "-q", TORCH, "ipykernel", "nbclient"], tmp_path, env, 900)
+    _run([python, "-m", "pip", "install", "-q", f"{wheel}[course]"], tmp_path, env, 900)
+
+    for name in NOTEBOOKS:
+        shutil.copy2(ROOT / name, work / Path(name).name)
+    (tmp_path / "runner.py").write_text(RUNNER)
+    report = json.loads(_run([python, str(tmp_path / "runner.py"), str(work), PROBE],
+                             work, env, 1200).splitlines()[-1])
+
+    assert sorted(report) == sorted(Path(n).name for n in NOTEBOOKS)
+    for name, rep in report.items():
+        assert rep["error"] is None, f"{name} failed from the installed wheel:\n{rep['error'][-4000:]}"
+        probe = next(line for line in rep["stdout"].splitlines() if line.startswith("PROBE "))
+        module, kernel_python, torch_version = json.loads(probe.removeprefix("PROBE "))
+        assert Path(module).is_relative_to(venv), f"{name}: mlinfra_lab came from {module}, not the venv"
+        assert Path(kernel_python).parent == venv / "bin", f"{name}: kernel ran {kernel_python}"
+        assert "==" not in TORCH or torch_version.startswith(TORCH.split("==")[1]), (
+            f"installing [course] replaced the preinstalled torch ({TORCH}) with {torch_version}"
+        )
+    assert "no committed result found" not in report["04_tracking.ipynb"]["stdout"], (
+        "chapter 4 found no committed benchmark result: benchmarks/results/ is not in the wheel"
+    )
+    print({name: rep["seconds"] for name, rep in report.items()})

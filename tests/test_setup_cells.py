@@ -1,0 +1,96 @@
+"""Every notebook's set-up cell is the one rendered from _config.yml (issue 11, item 6).
+
+The install URL lives in one place, `repository.url` (and `branch`) of _config.yml, where
+the launch buttons read it too; book/_ext/setup_cells.py renders the set-up cell from it.
+These tests fail when a notebook's cell was edited by hand or the URL changed without
+`python book/_ext/setup_cells.py --write`, and prove that --write and --check do their job
+on a copy of a notebook (cell id, metadata and every other cell kept).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.foundation
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted([*ROOT.glob("book/*.ipynb"), *ROOT.glob("labs/*.ipynb")])
+SPEC = re.compile(r'"mlinfra-lab\[course\] @ git\+(?P<url>[^"@]+)@(?P<branch>[^"]+)"')
+
+
+def _load_generator():
+    spec = importlib.util.spec_from_file_location("setup_cells", ROOT / "book/_ext/setup_cells.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _load_generator()
+
+
+def _setup_source(path: Path) -> str:
+    cell = gen.setup_cell(json.loads(path.read_text()))
+    assert cell is not None, f"{path.name}: no code cell starts with '# Set-up'"
+    return "".join(cell["source"])
+
+
+def test_rendered_cell_installs_the_course_extra_from_the_configured_repository() -> None:
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    text = gen.render()
+    compile(text, "set-up cell", "exec")
+    first = text.splitlines()[0]
+    assert first.startswith("# Set-up") and "generated" in first and gen.COMMAND in first
+    match = SPEC.search(text)
+    assert match, f"no `mlinfra-lab[course] @ git+URL@BRANCH` requirement in:\n{text}"
+    assert (match["url"], match["branch"]) == (repo["url"].rstrip("/"), repo.get("branch", "main"))
+    assert 'find_spec("mlinfra_lab")' in text and "runtime.describe()" in text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_notebook_setup_cell_is_the_generated_one(path: Path) -> None:
+    source = _setup_source(path)
+    match = SPEC.search(source)
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].rstrip("/")
+    assert match, f"{path.name}: the set-up cell installs no mlinfra-lab[course] from git; run `{gen.COMMAND}`"
+    assert match["url"] == url, (
+        f"{path.name}: the set-up cell installs from {match['url']}, _config.yml's repository.url "
+        f"is {url}; run `{gen.COMMAND}`"
+    )
+    assert source == gen.render(), f"{path.name}: run `{gen.COMMAND}`"
+
+
+def test_write_then_check_on_a_copy(tmp_path: Path) -> None:
+    path = tmp_path / "nb.ipynb"
+    shutil.copy2(NOTEBOOKS[0], path)
+    before = json.loads(path.read_text())
+    cell = gen.setup_cell(before)
+    cell["source"] = ["# Set-up: edited by hand\n", "print('hi')"]
+    path.write_text(json.dumps(before, indent=1, ensure_ascii=False) + "\n")
+
+    assert gen.main(["--check", str(path)]) == 1
+    assert gen.main(["--write", str(path)]) == 0
+    assert gen.main(["--check", str(path)]) == 0
+    after = json.loads(path.read_text())
+    new = gen.setup_cell(after)
+    assert "".join(new["source"]) == gen.render()
+    assert (new["id"], new["metadata"]) == (cell["id"], cell["metadata"])
+    cell["source"] = gen.render().splitlines(keepends=True)   # all --write may change
+    assert path.read_text() == json.dumps(before, indent=1, ensure_ascii=False) + "\n", (
+        "--write must change the set-up cell's source only, in the file's own format"
+    )
+    mtime = path.stat().st_mtime_ns
+    assert gen.write([path], gen.render()) == [] and path.stat().st_mtime_ns == mtime
+
+
+def test_a_non_https_url_is_refused_with_the_fix(tmp_path: Path) -> None:
+    config = tmp_path / "_config.yml"
+    config.write_text("repository:\n  url: git@github.com:me/mlinfra\n")
+    with pytest.raises(gen.SetupCellError, match="https URL"):
+        gen.render(config)
