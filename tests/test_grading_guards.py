@@ -322,6 +322,14 @@ DIRECT = """
         return checksum(text)"""
 
 
+SHADOWED = """
+    def double(x):
+        raise NotImplementedError("double: write your solution here")
+
+    def lab_double(x):  # the read-only wrapper, redefined below its own cell
+        return 2 * np.asarray(x, dtype=float)"""
+
+
 def _grade(tmp: Path, lab: Path, subs: dict[str, object], *secret: str):
     for name, nb in subs.items():
         nbformat.write(nb, str(tmp / f"{name}.ipynb"))
@@ -341,7 +349,8 @@ def _grade(tmp: Path, lab: Path, subs: dict[str, object], *secret: str):
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Batch 1 (default secret): alice (honest, deleted the read-only helper), mallory
-    (checksum: the course's, error swallowed; digest: an alias), trudy (checksum: the
+    (checksum: the course's, error swallowed; digest: an alias; double: a stub plus the
+    read-only helper redefined in a later cell), trudy (checksum: the
     course's; double: a stub plus an edited helper), eve (double: outputs hard-coded).
     Batch 2 (another secret): alice and eve."""
     tmp = tmp_path_factory.mktemp("guards")
@@ -351,7 +360,8 @@ def graded(tmp_path_factory):
     hard_coded = f"def double(x):\n    return np.array({seen.tolist()!r})"
     subs = {
         "alice": _submission(source, lab_helper=None),
-        "mallory": _submission(source, checksum_solution=SWALLOWED, digest_solution=ALIASED),
+        "mallory": _submission(source, checksum_solution=SWALLOWED, digest_solution=ALIASED,
+                               double_solution=SHADOWED),
         "trudy": _submission(source, checksum_solution=DIRECT, double_solution="""
             def double(x):
                 raise NotImplementedError("double: write your solution here")""",
@@ -375,7 +385,8 @@ def test_calling_the_course_implementation_scores_zero_with_the_reason(graded):
     assert code == 0
     assert _points(rows["alice"]) == {"checksum": 1, "digest": 1, "double": 2}
     mallory, trudy = rows["mallory"], rows["trudy"]
-    assert _points(mallory) == {"checksum": 0, "digest": 0, "double": 2}
+    assert _points(mallory) == {"checksum": 0, "digest": 0, "double": 0}
+    assert "NotImplementedError" in mallory["double"]["message"]  # the helper was re-run
     assert mallory["checksum"]["message"] == MESSAGE.format("checksum")  # swallowed
     assert mallory["digest"]["message"] == MESSAGE.format("digest")  # through an alias
     assert trudy["checksum"]["message"] == MESSAGE.format("checksum")  # a direct call

@@ -25,7 +25,9 @@ Design decisions:
   `forbid` refuses their calls while the grader runs.
 - A ``readonly`` code cell holds code a grader runs (a wrapper, a helper) that the student
   must not change: grading restores it by id like a grader, the release marks it
-  non-editable. It holds no markers, and is never a grader too.
+  non-editable, and every later grader re-runs its text first (so a student cell that
+  redefines the helper further down changes nothing; its line magics are not re-run). It
+  holds no markers, no cell magic, and is never a grader too.
 - The checksum is SHA-256 of the full source text of a grader (hidden tests included): the
   release stores it, so the grader can tell a submission made from an older release.
 
@@ -82,6 +84,7 @@ class GraderCell:
     index: int  # position among all the notebook's cells
     source: str  # full instructor text, hidden tests included
     forbid: tuple[str, ...] = ()  # course functions the code under test must not call
+    preamble: tuple[str, ...] = ()  # texts of the readonly cells above it, re-run first
 
     @property
     def visible(self) -> str:
@@ -98,10 +101,13 @@ class GraderCell:
 
     @property
     def run_source(self) -> str:
-        """The text grading runs: the source, inside the `forbid` guard when it has a list."""
+        """The text grading runs: the readonly cells above it, then the source, all inside
+        the `forbid` guard when it has a list (a student cell that redefines a readonly
+        helper between the two is undone right before the grader uses it)."""
+        text = "\n\n".join((*self.preamble, self.source))
         if not self.forbid:
-            return self.source
-        return guard_source(self.source, self.forbid, self.exercise)
+            return text
+        return guard_source(text, self.forbid, self.exercise)
 
 
 @dataclass(frozen=True)
@@ -209,7 +215,11 @@ def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
     """The grader cells of notebook `nb`, validated; raises `MarkerError` naming the cell."""
     found: list[GraderCell] = []
     seen: set[str] = set()
+    preamble: list[str] = []  # readonly cells met so far, re-run before each later grader
     for index, cell in enumerate(nb.cells):
+        if is_readonly(cell) and not is_grader(cell):  # line magics (%matplotlib) stay behind
+            preamble.append("\n".join(line for line in cell.get("source", "").splitlines()
+                                       if not line.lstrip().startswith(("%", "!"))))
         if not is_grader(cell):
             continue
         cell_id = cell.get("id")
@@ -240,7 +250,8 @@ def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
         if has_tag(cell, READONLY_TAG):
             raise MarkerError(f"{where} is tagged both 'grader' and '{READONLY_TAG}'; a grader "
                               "is already restored at grading: remove the readonly tag")
-        found.append(GraderCell(cell_id, exercise.strip(), float(points), index, text, forbid))
+        found.append(GraderCell(cell_id, exercise.strip(), float(points), index, text, forbid,
+                                tuple(preamble)))
     return found
 
 
@@ -265,6 +276,9 @@ def readonly_cells(nb: Any, lab: str = "lab") -> list[ReadonlyCell]:
         if has_markers(cell.get("source", "")):
             raise MarkerError(f"{where} holds solution or hidden-test markers; a read-only "
                               "cell is restored from the source as is: move the markers out")
+        if cell.get("source", "").lstrip().startswith("%%"):
+            raise MarkerError(f"{where} starts with a cell magic; graders re-run read-only "
+                              "cells as Python code: remove the magic")
         found.append(ReadonlyCell(cell_id, index, cell.get("source", "")))
     return found
 
