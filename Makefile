@@ -2,7 +2,9 @@
 #
 #   make book     create .venv, install, execute every notebook, build _build/html
 #   make test     the whole suite: lint, unit tests, nbval on every notebook, lab validation,
-#                 the book build and the browser test (what CI runs, via .ci/run)
+#                 the book build and the browser test (what CI runs, via .ci/run); starts a
+#                 throwaway PostgreSQL server for the tracking tests where one is installed
+#   make release-labs   regenerate book/labs/ (the student edition of labs/) after editing labs/
 #   make lab      JupyterLab on the repository
 #   make lock     regenerate requirements.lock from the current CPU environment
 #   make bench-attention | bench-scaling | bench-tracking | bench-staleness   benchmarks (JSON)
@@ -19,7 +21,8 @@ PYTEST   := $(BIN)/python -m pytest
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book test unit notebooks validate browser lint lab lock check-lock clean \
+.PHONY: setup book test test-stages unit notebooks validate browser lint lab lock check-lock \
+        release-labs check-student-labs clean \
         bench-attention bench-scaling bench-tracking bench-staleness
 
 setup: $(STAMP)
@@ -43,7 +46,17 @@ _vendor/.stamp: book/_ext/vendor-libs.sh
 	bash book/_ext/vendor-libs.sh
 	touch $@
 
-book: setup _vendor/.stamp
+# The book publishes the student edition of the labs (book/labs/, committed: the launch
+# buttons open it in the public repository), never the instructor source labs/.
+STUDENT_LABS := $(BIN)/python book/_ext/student_labs.py labs book/labs
+
+release-labs: setup
+	$(STUDENT_LABS)
+
+check-student-labs: setup
+	$(STUDENT_LABS) --check
+
+book: setup _vendor/.stamp check-student-labs
 	$(BIN)/jupyter-book build . --all -W --keep-going
 	@echo
 	@echo "The book is built: open file://$(CURDIR)/_build/html/index.html"
@@ -54,14 +67,20 @@ lint: setup
 unit: setup
 	$(PYTEST) -m "not notebooks and not browser" tests
 
+# The instructor sources and the chapters; not book/labs/ (its stubs raise by design).
 notebooks: setup
-	$(PYTEST) --nbval-lax --nbval-cell-timeout=900 book labs
+	$(PYTEST) --nbval-lax --nbval-cell-timeout=900 --ignore=book/labs book labs
 
 validate: setup
 	$(BIN)/mlinfra-lab validate labs
 
+# The built book: first the student edition (files only: no solution or hidden test in
+# _build/html, launch buttons on book/labs/), then every page in headless Chromium
+# (.ci/chromium.py finds it, or tries Playwright's own download, or says how to install it).
 browser: setup
-	$(PYTEST) -m browser tests
+	$(PYTEST) -m browser tests/test_student_edition.py
+	chromium=$$($(BIN)/python .ci/chromium.py) && \
+	  MLINFRA_CHROMIUM="$$chromium" $(PYTEST) -m browser tests --ignore=tests/test_student_edition.py
 
 # The environment must match the committed lock (chapter 3, tier 2): drift fails the build.
 # The lock pins the CPU environment; a GPU machine (CUDA torch build) is not checked against it.
@@ -72,7 +91,13 @@ else
 	@echo "check-lock: skipped: requirements.lock pins the CPU environment, this machine has a GPU"
 endif
 
-test: setup lint check-lock unit notebooks validate book browser
+# `make test` runs the stages under .ci/with-postgres.sh: it starts a throwaway PostgreSQL
+# server (unless MLINFRA_PG_URL is set) so the tracking suite runs on both backends, stops it
+# even when a stage fails, and ends with a summary that says what was skipped and why.
+test: setup
+	@bash .ci/with-postgres.sh $(MAKE) --no-print-directory test-stages
+
+test-stages: lint check-lock unit notebooks validate book browser
 
 lab: setup
 	$(BIN)/jupyter lab

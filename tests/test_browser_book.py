@@ -8,7 +8,8 @@ Design decisions:
 - The HTML is served over http://127.0.0.1 (not file://), as a reader's browser would see it.
 - The machine has no internet: requests to other hosts (CDN scripts such as MathJax) are
   aborted up front, and only errors of our own origin count, so the test is deterministic.
-- Debian's Chromium is driven by Playwright (`executable_path`); no browser is downloaded.
+- Debian's Chromium is driven by Playwright (`executable_path`, $MLINFRA_CHROMIUM); `make
+  browser` finds one first (.ci/chromium.py: Debian's, or Playwright's own download).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urldefrag, urljoin, urlparse
+from urllib.parse import unquote, urldefrag, urljoin, urlparse
 
 import pytest
 import yaml
@@ -92,7 +93,8 @@ def server() -> Iterator[str]:
 def browser(tmp_path_factory: pytest.TempPathFactory):
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set MLINFRA_CHROMIUM)")
+        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set MLINFRA_CHROMIUM; "
+                    "`make browser` also tries Playwright's own)")
     profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_api.sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
@@ -217,15 +219,20 @@ def test_checker_catches_a_broken_page(tmp_path: Path, browser) -> None:
     assert "no #nope on that page" in problems
 
 
-def test_notebook_pages_offer_colab_and_jupyterhub_launch(server: str, browser) -> None:
-    """Launch buttons are built from `repository.url` in _config.yml (README: set your fork)."""
+@pytest.mark.parametrize("page_path", ["book/01_fused_attention", "book/labs/01_fused_attention"])
+def test_notebook_pages_offer_colab_and_jupyterhub_launch(page_path: str, server: str,
+                                                          browser) -> None:
+    """Launch buttons are built from `repository.url` in _config.yml (README: set your fork)
+    and open the page's own notebook: on a lab page, the student edition in book/labs/."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     repo = urlparse(config["repository"]["url"]).path.strip("/")
     page = browser.new_page()
     offline(page, urlparse(server).netloc)
-    page.goto(urljoin(server, "book/01_fused_attention.html"), wait_until="load")
+    page.goto(urljoin(server, f"{page_path}.html"), wait_until="load")
     hrefs = page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)")
     page.close()
     colab = [h for h in hrefs if h.startswith("https://colab.research.google.com/github/")]
     assert colab and repo in colab[0], f"no Colab launch link for {repo}: {hrefs[:20]}"
-    assert any(config["launch_buttons"]["jupyterhub_url"] in h for h in hrefs)
+    assert colab[0].endswith(f"/{page_path}.ipynb"), f"Colab opens {colab[0]}, not {page_path}"
+    hub = [unquote(h) for h in hrefs if config["launch_buttons"]["jupyterhub_url"] in h]
+    assert hub and f"/{page_path}.ipynb" in hub[0], f"JupyterHub opens {hub}, not {page_path}"
