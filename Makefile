@@ -5,6 +5,8 @@
 #                 the book build and the browser test (what CI runs, via .ci/run); starts a
 #                 throwaway PostgreSQL server for the tracking tests where one is installed
 #   make release-labs   regenerate book/labs/ (the student edition of labs/) after editing labs/
+#   make test-gpu on a CUDA GPU: the device unit tests, then every chapter and lab under nbval
+#                 at GPU sizes, recorded in benchmarks/results/GPU-notebooks-DATE.json
 #   make lab      JupyterLab on the repository
 #   make lock     regenerate requirements.lock from the current CPU environment
 #   make bench-attention | bench-scaling | bench-tracking | bench-staleness   benchmarks (JSON)
@@ -21,7 +23,7 @@ PYTEST   := $(BIN)/python -m pytest
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book test test-stages unit notebooks validate browser lint lab lock check-lock \
+.PHONY: setup book test test-gpu test-stages unit notebooks validate browser lint lab lock check-lock \
         release-labs check-student-labs clean \
         bench-attention bench-scaling bench-tracking bench-staleness
 
@@ -98,6 +100,19 @@ test: setup
 	@bash .ci/with-postgres.sh $(MAKE) --no-print-directory test-stages
 
 test-stages: lint check-lock unit notebooks validate book browser
+
+# GPU: the unit tests that run on the device (GPU-marked ones, the attention kernels with one
+# tile per shape class, Hogwild after CUDA is live), then every chapter and lab under nbval
+# (60 s per cell at most) with a dated record of device, versions, pass/fail and seconds.
+# On a machine with its own environment (no .venv): make test-gpu GPU_PY=python3 GPU_SETUP=
+GPU_PY     ?= $(BIN)/python
+GPU_SETUP  ?= setup
+GPU_NAME   := $(shell nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | sed 's/NVIDIA //; s/ /-/g' | tr A-Z a-z)
+GPU_RECORD ?= benchmarks/results/$(or $(GPU_NAME),gpu)-notebooks-$(shell date -u +%Y-%m-%d).json
+test-gpu: $(GPU_SETUP)
+	@$(GPU_PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU (torch.cuda.is_available() is False): use make test')"
+	MLINFRA_ATTENTION_AUTOTUNE=0 $(GPU_PY) -m pytest -m "gpu or attention or staleness" tests
+	$(GPU_PY) -m mlinfra_lab.ci.notebook_record --cell-timeout 60 --out $(GPU_RECORD) book labs
 
 lab: setup
 	$(BIN)/jupyter lab
