@@ -74,7 +74,7 @@ notebooks: setup
 	$(PYTEST) --nbval-lax --nbval-cell-timeout=900 --ignore=book/labs book labs
 
 validate: setup
-	$(BIN)/mlinfra-lab validate labs
+	$(BIN)/mlinfra-lab validate labs --jobs 2
 
 # The built book: first the student edition (files only: no solution or hidden test in
 # _build/html, launch buttons on book/labs/), then every page in headless Chromium
