@@ -33,7 +33,8 @@ from .errors import (
 from .execute import CellOutcome, ExecutionConfig, run_notebooks
 from .forbid import forbid_calls, forbidden_codes, guard_source
 from .grade import CellResult, GradeConfig, GradeReport, GradeResult, grade_submissions
-from .gradebook import gradebook_rows, write_gradebook
+from .gradebook import csv_safe, gradebook_rows, write_gradebook
+from .manifest import ManifestError, Verification, verify_gradebook
 from .markers import (
     GraderCell,
     ReadonlyCell,
@@ -63,6 +64,7 @@ __all__ = [
     "GradeResult",
     "GraderCell",
     "GradingError",
+    "ManifestError",
     "MarkerError",
     "ReadonlyCell",
     "RestoreNote",
@@ -72,8 +74,10 @@ __all__ = [
     "SubmissionError",
     "SubmissionProblem",
     "ValidationProblem",
+    "Verification",
     "ValidationReport",
     "WrongAnswer",
+    "csv_safe",
     "forbid_calls",
     "forbidden_codes",
     "grade_submissions",
@@ -92,6 +96,7 @@ __all__ = [
     "run_notebooks",
     "strip_hidden",
     "validate_labs",
+    "verify_gradebook",
     "variant_notebook",
     "write_gradebook",
     "wrong_answers",

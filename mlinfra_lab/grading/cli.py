@@ -2,7 +2,8 @@
 
 Contract: `register(commands, bench)` adds the three instructor commands to ``mlinfra-lab``;
 each handler returns 0 on success, 1 when it finished but found problems (an input that could
-not be graded, a grader that cannot fail), and raises `CommandError` for a usage error.
+not be graded, a grader that cannot fail, an edited gradebook for ``grade --verify``), and
+raises `CommandError` for a usage error.
 Heavy modules (nbformat, the grading package) are imported inside the handlers.
 """
 
@@ -17,14 +18,31 @@ from mlinfra_lab.cli import CommandError
 if TYPE_CHECKING:
     from .execute import ExecutionConfig
 
+# the budgets' defaults, as the flags give them (see `budgets`; kept here so --help stays
+# instant: the two are checked equal by the tests)
+DEFAULT_MEMORY_GIB = 4.0
+DEFAULT_NOTEBOOK_S = 600.0
+DEFAULT_MAX_MB = 20.0
+DEFAULT_MAX_CELLS = 500
+
 GRADE_EPILOG = """\
 Which lab and which student:
   The lab is read from the notebook's metadata (mlinfra.lab, written by 'mlinfra-lab
   release'); if a student's tool dropped it, the file name must contain the lab name.
-  The student is the file name without the lab name: alice.ipynb and
-  alice_00_warmup.ipynb are both 'alice'. A file named just after the lab takes its
-  folder's name, so submissions/alice/00_warmup.ipynb is 'alice' (a folder per student).
-  A folder argument is searched recursively for *.ipynb.
+  Under a folder argument, a notebook in a sub-folder belongs to that collection folder:
+  submissions/alice/00_warmup.ipynb is 'alice' (a folder per student); if its file name
+  names someone else (submissions/bob/alice_00_warmup.ipynb) it is reported, not graded.
+  A notebook directly in a folder argument, or given as a file, is named by the file name
+  without the lab name: alice.ipynb and alice_00_warmup.ipynb are both 'alice' (a file
+  named just after the lab takes its folder's name). Two files for one student and lab:
+  one is graded with a note naming the other, which is reported. A folder argument is
+  searched recursively for *.ipynb.
+
+Inputs that are refused (one line each, the rest is graded):
+  symbolic links (never followed, also inside folders), anything that is not a regular
+  file, a copy of a source lab, a file over --max-size or a notebook over --max-cells.
+  Messages never quote a file's contents. Notebooks older than nbformat 4 are upgraded
+  (their grader cells found by the release's checksums) or reported.
 
 What is graded:
   Every grader cell and every cell tagged 'readonly' of the source lab is restored by
@@ -47,9 +65,24 @@ The secret:
   from reading the hidden tests fail. The secret is passed to the grading kernels only;
   it is never printed, and the gradebook records only whether it was the default.
 
-Output: GRADEBOOK_DIR/gradebook.csv (student, lab, exercise, points, max, message) and
-gradebook.json (plus per-cell detail). Inputs that cannot be graded are printed one line
-each and make the exit status 1 after the rest is graded.
+Budgets (each overrun is a message in the gradebook; the batch goes on):
+  --memory-limit: address space of the nbval process and every kernel (RLIMIT_AS); an
+  allocation past it raises MemoryError in that cell. A kernel that imports torch and
+  triton reserves about 1.7 GB of it before computing (2 cores; more with more cores); 0
+  switches it off. The default is 4 GiB, and off on a machine with an NVIDIA GPU (CUDA
+  reserves tens of GB of address space it never uses): there, limit memory with the
+  machine's cgroups or the batch scheduler instead. --notebook-timeout: a notebook's
+  later cells fail once it has run that long (the running cell is bounded by --timeout).
+  Each cell's output past 1 MiB is dropped while it runs (grading keeps no outputs).
+
+Output: GRADEBOOK_DIR/gradebook.csv (student, lab, exercise, points, max, message; text
+that a spreadsheet would run as a formula starts with '), gradebook.json (plus per-cell
+detail) and manifest.json (SHA-256 of both, of every submission as graded and of the
+source labs, sealed with an HMAC keyed by the grading secret; with the public default
+secret it is only checksummed). Each file is replaced atomically. 'grade --verify
+GRADEBOOK_DIR' (with the same secret) checks them: exit 1 naming any edited file, 0 when
+intact. Inputs that cannot be graded are printed one line each and make the exit status 1
+after the rest is graded.
 """
 
 
@@ -85,15 +118,75 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
+def _budgets(args: argparse.Namespace, config: ExecutionConfig) -> ExecutionConfig:
+    """`config` with the budgets of the ``grade`` flags (0 switches one off)."""
+    from dataclasses import replace
+
+    from .budgets import default_memory_limit
+
+    if args.memory_limit is None:  # 4 GiB, or no limit where CUDA needs the address space
+        limit = default_memory_limit()
+        args.memory_limit = (limit or 0) / (1 << 30)
+        if limit is None:
+            print("warning: an NVIDIA GPU is present, so the kernels get no address-space "
+                  "limit (CUDA reserves more than it uses); limit memory with cgroups or "
+                  "your batch scheduler, or pass --memory-limit GIB", file=sys.stderr)
+    for flag, value in (("--memory-limit", args.memory_limit), ("--max-size", args.max_size),
+                        ("--notebook-timeout", args.notebook_timeout),
+                        ("--max-cells", args.max_cells)):
+        if value < 0:
+            raise CommandError(f"{flag} must be 0 (no limit) or a positive number")
+    if 0 < args.memory_limit < 0.5:
+        raise CommandError("--memory-limit must be at least 0.5 (GiB): a Python kernel "
+                           "alone reserves several hundred MB of address space")
+    return replace(config,
+                   memory_limit=int(args.memory_limit * (1 << 30)) or None,
+                   notebook_timeout=args.notebook_timeout or None,
+                   max_bytes=int(args.max_size * 10**6) or None,
+                   max_cells=args.max_cells or None)
+
+
+def _verify(args: argparse.Namespace, secret: str) -> int:
+    from .errors import GradingError
+    from .manifest import MANIFEST_NAME, verify_gradebook
+
+    if args.submissions or args.source or args.out:
+        raise CommandError("--verify GRADEBOOK_DIR takes no submissions, --source or --out")
+    try:
+        result = verify_gradebook(args.verify, secret)
+    except GradingError as err:
+        raise CommandError(str(err)) from err
+    for line in result.notes:
+        print(f"note: {line}", file=sys.stderr)
+    for line in result.problems:
+        print(f"FAIL: {line}", file=sys.stderr)
+    if not result.ok:
+        return 1
+    how = ("its HMAC, keyed by the grading secret" if result.keyed else
+           "checksums only, not keyed: graded with the public default secret, so anyone who "
+           "can write the folder could have rewritten the manifest too")
+    print(f"ok: {args.verify}: the gradebook files match {MANIFEST_NAME} ({how})")
+    return 0
+
+
 def _grade(args: argparse.Namespace) -> int:
     import os
 
     from .errors import GradingError
     from .grade import grade_submissions
     from .gradebook import write_gradebook
+    from .manifest import MANIFEST_NAME
     from .secret import DEFAULT_SECRET, SECRET_ENV
 
-    config = _execution_config(args, os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
+    if args.verify is not None:
+        if args.secret is not None and not args.secret:
+            raise CommandError("--secret must not be empty")
+        return _verify(args, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
+    if not args.submissions or not args.source or not args.out:
+        raise CommandError("grade needs SUBMISSION..., --source LABS and --out GRADEBOOK_DIR "
+                           "(or --verify GRADEBOOK_DIR)")
+    config = _budgets(args, _execution_config(
+        args, os.environ.get(SECRET_ENV) or DEFAULT_SECRET))
     try:
         report = grade_submissions(args.submissions, args.source, config, progress=True)
     except GradingError as err:
@@ -110,6 +203,13 @@ def _grade(args: argparse.Namespace) -> int:
     for problem in report.problems:
         print(f"not graded: {problem}", file=sys.stderr)
     print(f"gradebook: {csv_path} and {json_path}")
+    manifest = csv_path.parent / MANIFEST_NAME
+    if config.record()["non_default_secret"]:
+        print(f"manifest: {manifest}, sealed with an HMAC keyed by the grading secret "
+              "(check it with 'mlinfra-lab grade --verify' and the same secret)")
+    else:
+        print(f"manifest: {manifest}, only checksummed, not keyed (the public default "
+              "secret): it catches accidental edits, not someone who rewrites it too")
     return 0 if report.ok else 1
 
 
@@ -149,12 +249,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "grade", help="grade submitted lab notebooks with nbval; write a gradebook",
         description="Grade student notebooks against the instructor source labs.",
         epilog=GRADE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    grade.add_argument("submissions", metavar="SUBMISSION", nargs="+",
+    grade.add_argument("submissions", metavar="SUBMISSION", nargs="*",
                        help="submitted notebooks, or folders of them")
-    grade.add_argument("--source", required=True, metavar="LABS",
-                       help="the instructor labs: a folder (labs/) or one notebook")
-    grade.add_argument("--out", required=True, metavar="GRADEBOOK_DIR",
-                       help="folder for gradebook.csv and gradebook.json")
+    grade.add_argument("--source", metavar="LABS",
+                       help="the instructor labs: a folder (labs/) or one notebook (required)")
+    grade.add_argument("--out", metavar="GRADEBOOK_DIR",
+                       help="folder for gradebook.csv, gradebook.json and manifest.json "
+                       "(required)")
+    grade.add_argument("--verify", metavar="GRADEBOOK_DIR", default=None,
+                       help="grade nothing: check a gradebook against its manifest (with "
+                       "the secret it was graded with); exit 1 naming any edited file")
     grade.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                        help="per-cell time limit; a cell running longer is interrupted "
                        "and fails (default: 60)")
@@ -164,6 +268,19 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     grade.add_argument("--secret", default=None, metavar="S",
                        help="the grading secret hidden tests draw their inputs from "
                        "(default: $MLINFRA_GRADE_SECRET, else the public default)")
+    grade.add_argument("--memory-limit", type=float, default=None,
+                       metavar="GIB", help="address space of each kernel, in GiB "
+                       f"(default: {DEFAULT_MEMORY_GIB:g}, none where an NVIDIA GPU is "
+                       "present; 0: no limit)")
+    grade.add_argument("--notebook-timeout", type=float, default=DEFAULT_NOTEBOOK_S,
+                       metavar="SECONDS", help="wall time of one notebook, kernel start "
+                       f"included (default: {DEFAULT_NOTEBOOK_S:g}; 0: no limit)")
+    grade.add_argument("--max-size", type=float, default=DEFAULT_MAX_MB, metavar="MB",
+                       help=f"largest submission file graded (default: {DEFAULT_MAX_MB:g}; "
+                       "0: no limit)")
+    grade.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, metavar="N",
+                       help=f"most cells in a graded notebook (default: {DEFAULT_MAX_CELLS}; "
+                       "0: no limit)")
     grade.set_defaults(func=_grade)
 
     validate = commands.add_parser(

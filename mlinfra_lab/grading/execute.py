@@ -2,8 +2,9 @@
 
 Contract: `run_notebooks(paths, config)` runs ``pytest --nbval-lax`` once over all `paths`
 (one fresh kernel per notebook, in the notebook's folder) and returns, per notebook, a dict
-``cell_id -> CellOutcome``; a cell that raised, timed out or never ran is reported, never
-raised, so one bad notebook cannot stop a batch.
+``cell_id -> CellOutcome`` (plus ``"note:<cell_id>"`` entries, outcome ``"note"``, for a
+budget remark such as a cut output); a cell that raised, timed out or never ran is reported,
+never raised, so one bad notebook cannot stop a batch.
 
 Design decisions:
 - nbval is the executor the course promises (`make test` runs the same plugin). A cell that
@@ -26,6 +27,12 @@ Design decisions:
 - The grading secret (see `secret`) reaches the kernels as one more ``env`` entry
   (`ExecutionConfig.with_secret`); `ExecutionConfig.record`, what a gradebook saves, leaves
   its value out and keeps only whether it was the default.
+- Budgets (see `budgets`): the pytest process starts under the address-space limit
+  ``config.memory_limit`` (``RLIMIT_AS``, inherited by every kernel), and loads
+  `nbval_budgets`, which fails the cells of a notebook past ``config.notebook_timeout`` and
+  cuts each cell's output at ``config.output_cap`` (a cut is reported as an outcome
+  ``"note"``, kept apart from the cell's own outcome). The log of a run is read from its
+  end only, so a kernel writing gigabytes to its standard error costs disk, not memory.
 - A notebook can kill the pytest process itself (``os.kill(os.getppid(), 9)``); the
   notebooks of that process that had not started then run once more in a fresh process,
   so one submission cannot take its neighbours' scores down with it.
@@ -47,6 +54,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from .budgets import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_CELLS,
+    DEFAULT_OUTPUT_CAP,
+    address_space_limiter,
+)
 from .errors import ExecutionError
 from .secret import DEFAULT_SECRET, SECRET_ENV
 
@@ -61,6 +74,12 @@ class ExecutionConfig:
     startup_timeout: float = 60.0  # seconds a kernel may take to start
     env: tuple[tuple[str, str], ...] = (("MPLBACKEND", "Agg"),)  # extra kernel environment
     jobs: int = 1  # pytest processes running notebooks side by side (see module docstring)
+    # budgets (see `budgets`; None switches one off): the first three apply while running
+    memory_limit: int | None = None  # bytes of address space per nbval process and kernel
+    notebook_timeout: float | None = None  # seconds one notebook may run, kernel start included
+    output_cap: int | None = DEFAULT_OUTPUT_CAP  # bytes of output kept per cell
+    max_bytes: int | None = DEFAULT_MAX_BYTES  # a larger submission file is not graded
+    max_cells: int | None = DEFAULT_MAX_CELLS  # a notebook with more cells is not graded
 
     def with_secret(self, secret: str) -> ExecutionConfig:
         """This config with the grading secret set in the kernels' environment."""
@@ -84,7 +103,7 @@ class CellOutcome:
 
     cell_id: str | None
     cell_num: int  # index among the notebook's code cells (nbval's "Cell N")
-    outcome: str  # "passed", "failed", "skipped"
+    outcome: str  # "passed", "failed", "skipped"; "note": a budget remark on this cell
     message: str  # last exception line when failed, else ""
 
     @property
@@ -93,12 +112,18 @@ class CellOutcome:
 
 
 def _command(paths: Sequence[Path], report: Path, ini: Path, config: ExecutionConfig) -> list[str]:
+    budgets = []
+    if config.notebook_timeout:
+        budgets.append(f"--mlinfra-notebook-timeout={config.notebook_timeout:g}")
+    if config.output_cap:
+        budgets.append(f"--mlinfra-output-cap={config.output_cap:d}")
     return [
         sys.executable, "-m", "pytest", "-q", "--no-header", "-rN",
         "-c", str(ini), "--rootdir", str(ini.parent),
         "-p", "nbval.plugin", "-p", "mlinfra_lab.grading.nbval_report",
+        "-p", "mlinfra_lab.grading.nbval_budgets",
         "-p", "no:cacheprovider", "--continue-on-collection-errors",
-        "--mlinfra-report", str(report),
+        "--mlinfra-report", str(report), *budgets,
         "--nbval-lax", "--nbval-current-env",
         f"--nbval-cell-timeout={config.cell_timeout:g}",
         f"--nbval-kernel-startup-timeout={config.startup_timeout:g}",
@@ -140,7 +165,8 @@ def _start(group: list[Path], folder: Path, config: ExecutionConfig) -> _Job:
     with open(log, "wb") as log_fh:  # the child keeps its own handle
         proc = subprocess.Popen(_command(group, report, ini, config), cwd=folder, env=env,
                                 stdout=log_fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True,
+                                preexec_fn=address_space_limiter(config.memory_limit))
     return _Job(proc, group, report, log)
 
 
@@ -169,7 +195,11 @@ def run_notebooks(
         bar = tqdm(total=sum(cells.values()), desc=progress, unit="cell")
 
     def record(path: Path, outcome: CellOutcome) -> None:
-        results.setdefault(path, {})[outcome.cell_id or f"#{outcome.cell_num}"] = outcome
+        key = outcome.cell_id or f"#{outcome.cell_num}"
+        if outcome.outcome == "note":  # a budget remark, beside the cell's own outcome
+            results.setdefault(path, {})[f"note:{key}"] = outcome
+            return
+        results.setdefault(path, {})[key] = outcome
         if on_cell:
             on_cell(path, outcome)
         if bar is not None:
@@ -229,8 +259,18 @@ def _run_batch(
                     os.killpg(job.proc.pid, signal.SIGKILL)
                     job.proc.wait()
             for job in jobs:
-                job.log_tail = job.log.read_text(errors="replace")[-1500:]
+                job.log_tail = _tail(job.log, 1500)
     return jobs, timed_out
+
+
+def _tail(path: Path, size: int) -> str:
+    """The last `size` bytes of `path` as text (never the whole file: see the docstring)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - size))
+            return fh.read(size).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _count_code_cells(path: Path) -> int:

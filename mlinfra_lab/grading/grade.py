@@ -18,6 +18,12 @@ Design decisions:
   report records only whether it was the default (`ExecutionConfig.record`).
 - A notebook whose lab has no grader cells is graded to 0 of 0 and listed with a warning,
   not a problem: placeholder labs exist while the course is being written.
+- Budgets (see `budgets`): the file-size and cell-count limits are applied when the
+  submissions are read (a problem, not graded); a cell that ran out of memory says so with
+  the limit and its flag; remarks about a whole submission (its output was cut, it was
+  upgraded from nbformat 3, another file claimed the same student) are its ``notes``,
+  printed as warnings and shown in the gradebook.
+- Messages about a submission never quote its contents (see `submissions`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .budgets import memory_message
 from .execute import CellOutcome, ExecutionConfig, run_notebooks
 from .restore import RestoreNote, restore_graders
 from .submissions import SourceLab, SubmissionProblem, find_submissions, load_source_labs
@@ -56,6 +63,8 @@ class GradeResult:
     lab: str
     submission: str  # path as given
     cells: tuple[CellResult, ...]
+    sha256: str = ""  # of the submitted file as graded
+    notes: tuple[str, ...] = ()  # about the whole submission (budgets, upgrade, a dispute)
 
     @property
     def points(self) -> float:
@@ -85,6 +94,7 @@ class GradeReport:
     problems: tuple[SubmissionProblem, ...]
     warnings: tuple[str, ...] = ()
     config: ExecutionConfig = field(default_factory=ExecutionConfig)
+    sources: tuple[tuple[str, str, str], ...] = ()  # (lab, path, sha256) of the source labs
 
     @property
     def ok(self) -> bool:
@@ -98,6 +108,8 @@ class GradeReport:
                         for r in self.results],
             "problems": [asdict(p) for p in self.problems],
             "warnings": list(self.warnings),
+            "sources": [{"lab": lab, "path": path, "sha256": digest}
+                        for lab, path, digest in self.sources],
         }
 
 
@@ -111,13 +123,15 @@ def _notes_per_grader(lab: SourceLab, notes: dict[str, RestoreNote]) -> dict[str
     return {cell_id: "; ".join(m for m in msgs if m) for cell_id, msgs in messages.items()}
 
 
-def _score(outcome: CellOutcome | None, points: float, note: str) -> tuple[float, bool, str]:
+def _score(outcome: CellOutcome | None, points: float, note: str,
+           memory_limit: int | None) -> tuple[float, bool, str]:
     if outcome is None:
         message = "not run: the notebook stopped before this grader cell"
     elif outcome.passed:
         return points, True, note
     else:
-        message = outcome.message or f"grader cell {outcome.outcome}"
+        message = memory_message(outcome.message or f"grader cell {outcome.outcome}",
+                                 memory_limit)
     return 0.0, False, f"{message}; {note}" if note else message
 
 
@@ -132,9 +146,10 @@ def grade_submissions(
 
     config = config or ExecutionConfig()
     labs = load_source_labs(source)
-    found, problems = find_submissions(submissions, labs)
+    found, problems = find_submissions(submissions, labs, config.max_bytes, config.max_cells)
     warnings = [f"{s.path}: lab '{s.lab}' has no grader cells; scored 0 of 0"
                 for s in found if not labs[s.lab].graders]
+    warnings += [f"{s.path}: {note}" for s in found for note in s.notes]
     with tempfile.TemporaryDirectory(prefix="mlinfra-grade-") as tmp:
         prepared, notes, graded = [], [], []
         for k, sub in enumerate(found):
@@ -145,8 +160,9 @@ def grade_submissions(
                 nbformat.write(nb, str(path))
             # a malformed cell in a student's file must not stop the batch: report it
             except Exception as err:  # noqa: BLE001
-                problems.append(SubmissionProblem(str(sub.path), "cannot prepare the notebook "
-                                                  f"for grading ({type(err).__name__}: {err})"))
+                problems.append(SubmissionProblem(
+                    str(sub.path), "cannot prepare the notebook for grading (a malformed "
+                    f"cell: {type(err).__name__})", sub.student, sub.lab, sub.sha256))
                 continue
             prepared.append(path.resolve())
             notes.append(note)
@@ -159,7 +175,12 @@ def grade_submissions(
         cells = []
         messages = _notes_per_grader(labs[sub.lab], note)
         for g in labs[sub.lab].graders:
-            points, passed, message = _score(ran.get(g.cell_id), g.points, messages[g.cell_id])
+            points, passed, message = _score(ran.get(g.cell_id), g.points, messages[g.cell_id],
+                                             config.memory_limit)
             cells.append(CellResult(g.cell_id, g.exercise, points, g.points, passed, message))
-        results.append(GradeResult(sub.student, sub.lab, str(sub.path), tuple(cells)))
-    return GradeReport(tuple(results), tuple(problems), tuple(warnings), config)
+        budget_notes = [o.message for o in ran.values() if o.outcome == "note"]
+        warnings += [f"{sub.path}: {note}" for note in budget_notes]
+        results.append(GradeResult(sub.student, sub.lab, str(sub.path), tuple(cells),
+                                   sub.sha256, (*sub.notes, *budget_notes)))
+    sources = tuple((lab.name, str(lab.path), lab.sha256) for lab in labs.values())
+    return GradeReport(tuple(results), tuple(problems), tuple(warnings), config, sources)

@@ -1,63 +1,104 @@
-"""Write a `GradeReport` as a gradebook: CSV for spreadsheets, JSON with every detail.
+"""Write a `GradeReport` as a gradebook: CSV for spreadsheets, JSON with every detail, and
+a sealed manifest.
 
-Contract: `write_gradebook(report, out_dir)` writes ``gradebook.csv`` (one row per student,
-lab and exercise: student, lab, exercise, points, max, message) and ``gradebook.json`` (the
-same rows, the per-cell results, the problems, the warnings and the grading config) into
-`out_dir`, and returns both paths.
+Contract: `write_gradebook(report, out_dir, secret)` writes ``gradebook.csv`` (one row per
+student, lab and exercise: student, lab, exercise, points, max, message),
+``gradebook.json`` (the same rows, the per-cell results, the problems, the warnings, the
+source labs and the grading config) and ``manifest.json`` (see `manifest`) into `out_dir`,
+each atomically, and returns the paths of the CSV and the JSON.
 
 Design decisions:
 - One CSV row per exercise, not per grader cell: an exercise is what the instructor
   announced points for; the JSON keeps the per-cell detail (cell ids, restore notes).
 - Points are written as integers when they are whole, so a spreadsheet shows ``2`` not ``2.0``.
-- Inputs that could not be graded are not CSV rows (they have no lab or exercise); they are
-  in the JSON's ``problems`` and were printed by the command.
+- A student and lab that were identified but not graded (a second file, a file name that
+  disagrees with its folder, a budget) get one CSV row with empty points and the reason,
+  so the spreadsheet shows the student rather than leaving a silent gap; inputs with no
+  student or lab (not a notebook, a link) are only in the JSON's ``problems`` and were
+  printed by the command.
+- Notes about a whole submission (output cut, upgraded from nbformat 3, a disputed name)
+  are added to the message of its first exercise row.
+- CSV cells are escaped against formula injection: a text cell that starts with ``=``,
+  ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'`` (the OWASP advice),
+  so a student folder named ``=1+1`` stays text in a spreadsheet. The JSON keeps the
+  values as they are.
 - The JSON records the config and the date, so a grade can be traced to how it was made.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .grade import GradeReport
+from .manifest import write_files
+from .secret import SECRET_ENV, current_secret
 
-__all__ = ["COLUMNS", "gradebook_rows", "write_gradebook"]
+__all__ = ["COLUMNS", "csv_safe", "gradebook_rows", "write_gradebook"]
 
 COLUMNS = ("student", "lab", "exercise", "points", "max", "message")
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _number(x: float) -> float | int:
     return int(x) if float(x).is_integer() else round(x, 4)
 
 
+def csv_safe(value: object) -> object:
+    """`value`, with a leading ``'`` when it is text a spreadsheet would run as a formula."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def gradebook_rows(report: GradeReport) -> list[dict]:
-    """One dict per (student, lab, exercise), keys `COLUMNS`, in grading order."""
+    """One dict per (student, lab, exercise), keys `COLUMNS`, in grading order, then one
+    per identified student and lab that was not graded (empty points)."""
     rows = []
     for result in report.results:
-        for exercise, (points, max_points, message) in result.exercises().items():
+        for k, (exercise, (points, max_points, message)) in enumerate(
+                result.exercises().items()):
+            if k == 0 and result.notes:
+                message = " | ".join(filter(None, (message, *result.notes)))
             rows.append({"student": result.student, "lab": result.lab, "exercise": exercise,
                          "points": _number(points), "max": _number(max_points),
                          "message": message})
+    graded = {(r.student, r.lab) for r in report.results}
+    missing: dict[tuple[str, str], list[str]] = {}
+    for problem in report.problems:
+        key = (problem.student, problem.lab)
+        if problem.student and problem.lab and key not in graded:
+            missing.setdefault(key, []).append(f"not graded: {problem}")
+    for (student, lab), messages in missing.items():
+        rows.append({"student": student, "lab": lab, "exercise": "", "points": "", "max": "",
+                     "message": " | ".join(messages)})
     return rows
 
 
-def write_gradebook(report: GradeReport, out_dir: Path | str) -> tuple[Path, Path]:
-    """Write ``gradebook.csv`` and ``gradebook.json`` into `out_dir`; return their paths."""
+def write_gradebook(report: GradeReport, out_dir: Path | str,
+                    secret: str | None = None) -> tuple[Path, Path]:
+    """Write ``gradebook.csv``, ``gradebook.json`` and ``manifest.json`` into `out_dir`,
+    each atomically, the manifest sealed with `secret` (default: the secret the report was
+    graded with); return the paths of the CSV and the JSON."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = gradebook_rows(report)
-    csv_path, json_path = out / "gradebook.csv", out / "gradebook.json"
-    with open(csv_path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=COLUMNS)
+    writer.writeheader()
+    writer.writerows({k: csv_safe(v) for k, v in row.items()} for row in rows)
     payload = {
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "columns": list(COLUMNS),
         "rows": rows,
         **report.as_dict(),
     }
-    json_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    return csv_path, json_path
+    if secret is None:
+        secret = dict(report.config.env).get(SECRET_ENV) or current_secret()
+    write_files(out, {"gradebook.csv": text.getvalue().encode("utf-8"),
+                      "gradebook.json": (json.dumps(payload, indent=2) + "\n").encode("utf-8")},
+                report, secret)
+    return out / "gradebook.csv", out / "gradebook.json"

@@ -1,0 +1,136 @@
+"""Grading budgets: what one submission may cost before and while it runs.
+
+Contract: the limits live in `ExecutionConfig` (``grade`` sets them from its flags); this
+module holds their defaults, the checks made before a notebook runs (`file_too_large`,
+`too_many_cells`), the address-space limit the nbval process and its kernels start under
+(`address_space_limiter`), and the one-line messages the gradebook shows for each overrun
+(`memory_message` and the rest). It imports nothing heavy: the grading process and the
+pytest plugin `nbval_budgets` both use it.
+
+The budgets, and what an overrun does (the batch always goes on):
+- file size (`DEFAULT_MAX_BYTES`) and cell count (`DEFAULT_MAX_CELLS`): checked before
+  anything runs; the submission is not graded, with one line saying which limit and flag.
+- memory (`DEFAULT_MEMORY_LIMIT`): ``RLIMIT_AS`` (address space) set on the pytest process
+  that runs nbval, which every kernel it starts inherits. An allocation past it raises
+  ``MemoryError`` in the student's cell, which then fails like any error; the kernel lives
+  on, so the next cells and the next notebooks run. Address space, not resident memory:
+  a kernel that imports torch and triton reserves about 1.7 GB here (2 cores) before it
+  computes anything, so the limit must leave room for that (see the README).
+- wall time per notebook (`DEFAULT_NOTEBOOK_TIMEOUT`): checked by `nbval_budgets` before
+  each cell; once a notebook has run longer, its remaining cells fail at once with
+  `notebook_timeout_message`. The cell running when the time is up is bounded by the
+  per-cell timeout, so a notebook stops within one cell timeout of its limit.
+- output (`DEFAULT_OUTPUT_CAP` bytes per cell): grading does not keep the notebooks'
+  outputs; `nbval_budgets` drops what a cell prints past the cap as the messages arrive, so
+  the nbval process holds at most the cap (plus the one message being read) per cell.
+
+Design decisions:
+- A limit of ``None`` (or 0 on the command line) switches that budget off. `ExecutionConfig`
+  leaves memory and notebook time unlimited (``validate`` runs the instructor's own labs
+  so); ``mlinfra-lab grade`` sets every budget from its flags, with these defaults.
+- ``RLIMIT_AS`` rather than a cgroup: it needs no privileges and no systemd, works in any
+  container, and is inherited by every process the kernel starts. Its cost is that it
+  counts reserved, not used, memory (thread stacks and per-thread buffers, which grow with
+  the core count; CUDA's address-space reservations, not measured here);
+  ``--memory-limit 0`` switches it off where that matters (see the README).
+"""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Callable
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_CELLS",
+    "DEFAULT_MEMORY_LIMIT",
+    "default_memory_limit",
+    "gpu_present",
+    "DEFAULT_NOTEBOOK_TIMEOUT",
+    "DEFAULT_OUTPUT_CAP",
+    "address_space_limiter",
+    "file_too_large",
+    "human_bytes",
+    "memory_message",
+    "notebook_timeout_message",
+    "too_many_cells",
+]
+
+DEFAULT_MAX_BYTES = 20 * 10**6  # a released lab is ~50 kB; outputs are cleared at grading
+DEFAULT_MAX_CELLS = 500  # the labs have ~30 cells
+DEFAULT_MEMORY_LIMIT = 4 << 30  # bytes of address space (a torch+triton kernel: ~1.7 GB)
+
+
+def gpu_present() -> bool:
+    """True where an NVIDIA driver is loaded: CUDA then reserves tens of GB of address space
+    at start-up (unified memory), so an ``RLIMIT_AS`` budget would stop every GPU kernel."""
+    import os
+    import shutil
+
+    return os.path.exists("/proc/driver/nvidia") or shutil.which("nvidia-smi") is not None
+
+
+def default_memory_limit() -> int | None:
+    """`DEFAULT_MEMORY_LIMIT` on a machine without an NVIDIA GPU, no limit on one with it."""
+    return None if gpu_present() else DEFAULT_MEMORY_LIMIT
+DEFAULT_NOTEBOOK_TIMEOUT = 600.0  # seconds (the labs grade in under a minute on 2 cores)
+DEFAULT_OUTPUT_CAP = 1 << 20  # bytes of output kept per cell, the rest dropped
+TRACEBACK_CAP = 64 << 10  # bytes of an error's traceback kept (its last lines matter)
+
+_MEMORY_SIGNS = ("MemoryError", "can't allocate memory", "Cannot allocate memory",
+                 "std::bad_alloc")
+
+
+def human_bytes(n: float) -> str:
+    """``20 MB``, ``4 GiB``, ``1 MiB``: decimal for file sizes given in MB, binary else."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size:g} {unit}"
+    if n >= 10**6:
+        return f"{n / 10**6:.1f} MB".replace(".0 MB", " MB")
+    return f"{n:g} bytes"
+
+
+def file_too_large(size: int, limit: int | None) -> str | None:
+    """Why a file of `size` bytes is not graded, or None when it is within `limit`."""
+    if limit is None or size <= limit:
+        return None
+    return (f"the file is {size:,} bytes, over the limit of {human_bytes(limit)} "
+            "(--max-size)")
+
+
+def too_many_cells(count: int, limit: int | None) -> str | None:
+    """Why a notebook of `count` cells is not graded, or None when within `limit`."""
+    if limit is None or count <= limit:
+        return None
+    return f"the notebook has {count} cells, over the limit of {limit} (--max-cells)"
+
+
+def notebook_timeout_message(limit: float) -> str:
+    """The message of every cell not run because its notebook ran out of time."""
+    return (f"not run: the notebook ran past its time limit of {limit:g} s "
+            "(--notebook-timeout)")
+
+
+def memory_message(message: str, limit: int | None) -> str:
+    """`message` of a failed cell, plus the memory limit when it ran out of memory."""
+    if limit is None or not any(sign in message for sign in _MEMORY_SIGNS):
+        return message
+    return (f"{message} [the grading memory limit is {human_bytes(limit)} of address "
+            "space (--memory-limit)]")
+
+
+def address_space_limiter(limit: int | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that caps the child's address space at `limit` bytes (soft and
+    hard, so the student's code cannot raise it again), or None for no limit.
+
+    It runs between fork and exec and only calls `resource.setrlimit` (a C call that takes
+    no lock), so it is safe although the grading process may have a progress-bar thread.
+    """
+    if limit is None:
+        return None
+
+    def limit_address_space() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return limit_address_space

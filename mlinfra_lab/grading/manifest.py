@@ -1,0 +1,240 @@
+"""The gradebook's manifest: what was graded, by hash, sealed with the grading secret.
+
+Contract: `write_files(out_dir, files, report, secret)` writes each file of `files` (name ->
+bytes) into `out_dir` atomically, then ``manifest.json``: the SHA-256 of each of those files,
+of every submission file as it was graded (and of those read but not graded), and of the
+source labs, plus a seal over all of it. `verify_gradebook(out_dir, secret)` recomputes
+everything and returns a `Verification`: ``problems`` (an edited or missing gradebook file,
+a manifest that does not match its seal) make it fail; ``notes`` (a submission or source
+lab changed or gone since grading) do not, since both may move on after grading.
+
+Design decisions:
+- The seal is HMAC-SHA256 of the manifest's canonical JSON (sorted keys, no spaces), keyed
+  by SHA-256 of a fixed context string and the grading secret, so nobody without the
+  secret can rewrite the gradebook and its manifest together. With the public default
+  secret there is no key: the seal is a plain SHA-256 and the manifest says
+  ``"keyed": false``; it then detects accidents (an edit in a spreadsheet, a truncated
+  copy), not someone who rewrites the manifest too. The command says so.
+- A manifest that claims ``"keyed": false`` while the verifier holds a secret is a problem:
+  it is how a rewritten manifest would downgrade itself.
+- Each file goes through a temporary file in the same folder, ``fsync`` and ``os.replace``:
+  a reader sees the old file or the new one, never half of one. The manifest is written
+  last, so a run stopped between files leaves a gradebook that `verify_gradebook` reports.
+- Limit: the grading kernels get the secret (hidden tests need it), so code graded in the
+  same run could compute the key; keeping that code away from the gradebook folder is the
+  sandbox's job (issue 14, item 3), not the manifest's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import GradingError
+from .secret import DEFAULT_SECRET
+
+if TYPE_CHECKING:
+    from .grade import GradeReport
+
+__all__ = [
+    "MANIFEST_NAME",
+    "ManifestError",
+    "Verification",
+    "atomic_write",
+    "verify_gradebook",
+    "write_files",
+]
+
+MANIFEST_NAME = "manifest.json"
+_CONTEXT = b"mlinfra gradebook manifest v1\0"
+
+
+class ManifestError(GradingError):
+    """The manifest cannot be checked as asked (a keyed manifest and no secret given)."""
+
+
+@dataclass
+class Verification:
+    """What `verify_gradebook` found."""
+
+    keyed: bool = False  # the manifest is sealed with a key (a non-default secret)
+    problems: list[str] = field(default_factory=list)  # edited/missing gradebook files
+    notes: list[str] = field(default_factory=list)  # submissions/sources changed since
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_sha256(path: Path) -> str | None:
+    """SHA-256 of regular file `path` (a link is not followed), or None if there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    digest = hashlib.sha256()
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
+
+
+def _seal(body: dict, secret: str) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    if secret == DEFAULT_SECRET:
+        return "sha256:" + _sha256(canonical)
+    key = hashlib.sha256(_CONTEXT + secret.encode("utf-8")).digest()
+    return "hmac-sha256:" + hmac.new(key, canonical, hashlib.sha256).hexdigest()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` by `data` at once: a temporary file beside it, fsync, os.replace."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a gradebook is read by others too
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable; not every file system lets a folder be opened
+        folder = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(folder)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
+
+
+def _body(files: dict[str, bytes], report: GradeReport, secret: str) -> dict:
+    graded = [{"path": os.path.abspath(r.submission), "student": r.student, "lab": r.lab,
+               "sha256": r.sha256, "graded": True} for r in report.results]
+    refused = [{"path": os.path.abspath(p.path), "student": p.student, "lab": p.lab,
+                "sha256": p.sha256, "graded": False} for p in report.problems if p.sha256]
+    return {
+        "format": 1,
+        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "keyed": secret != DEFAULT_SECRET,
+        "gradebook": {name: _sha256(data) for name, data in files.items()},
+        "submissions": graded + refused,
+        "source_labs": [{"lab": lab, "path": os.path.abspath(path), "sha256": digest}
+                        for lab, path, digest in report.sources],
+    }
+
+
+def write_files(out_dir: Path, files: dict[str, bytes], report: GradeReport,
+                secret: str) -> Path:
+    """Write `files` into `out_dir` atomically, then their sealed manifest; its path."""
+    body = _body(files, report, secret)
+    for name, data in files.items():
+        atomic_write(out_dir / name, data)
+    manifest = {**body, "seal": _seal(body, secret)}
+    path = out_dir / MANIFEST_NAME
+    atomic_write(path, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
+    return path
+
+
+def _changed(entries: list, kind: str) -> list[str]:
+    notes = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            continue
+        now = _file_sha256(Path(entry["path"]))
+        if now is None:
+            notes.append(f"{kind} {entry['path']} is no longer there (or is not a regular file)")
+        elif now != entry.get("sha256"):
+            notes.append(f"{kind} {entry['path']} changed since it was graded")
+    return notes
+
+
+def verify_gradebook(out_dir: Path | str, secret: str) -> Verification:
+    """Check the gradebook in `out_dir` against its manifest (see the module docstring);
+    raises `ManifestError` if the manifest is keyed and `secret` is the public default."""
+    out = Path(out_dir)
+    result = Verification()
+    path = out / MANIFEST_NAME
+    text = _read_text(path)
+    if text is None:
+        result.problems.append(f"{path}: no manifest (a missing or non-regular file), so "
+                               "nothing can be checked")
+        return result
+    try:
+        manifest = json.loads(text)
+        body = {k: v for k, v in manifest.items() if k != "seal"}
+        seal = manifest["seal"]
+        files = body["gradebook"]
+        if not isinstance(files, dict):
+            raise TypeError("gradebook is not a mapping")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        result.problems.append(f"{path}: not a manifest this tool wrote (it was edited)")
+        return result
+    result.keyed = body.get("keyed") is True
+    if result.keyed and secret == DEFAULT_SECRET:
+        raise ManifestError(f"{path} is sealed with the grading secret: give it (--secret S "
+                            "or $MLINFRA_GRADE_SECRET) to verify this gradebook")
+    if not result.keyed and secret != DEFAULT_SECRET:
+        result.problems.append(f"{path}: only checksummed, not keyed, although you gave a "
+                               "secret: it was graded with the public default secret, or "
+                               "the manifest was rewritten")
+    elif not hmac.compare_digest(str(seal), _seal(body, secret)):
+        result.problems.append(f"{path}: does not match its seal: edited after grading"
+                               + (", or the secret is not the one it was graded with"
+                                  if result.keyed else ""))
+    for name, digest in files.items():
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            result.problems.append(f"{path}: names a file outside the gradebook folder "
+                                   "(it was edited)")
+            continue
+        now = _file_sha256(out / name)
+        if now is None:
+            result.problems.append(f"{out / name}: missing (or not a regular file)")
+        elif now != digest:
+            result.problems.append(f"{out / name}: edited after grading (its SHA-256 is not "
+                                   "the manifest's)")
+    result.notes += _changed(body.get("submissions", []), "submission")
+    result.notes += _changed(body.get("source_labs", []), "source lab")
+    return result
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(64 << 20)
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
