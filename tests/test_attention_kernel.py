@@ -197,3 +197,28 @@ def test_autotune_is_skipped_for_fp32_and_short_sequences():
     assert prune(configs, long, PRECISION="ieee") == ["fp32-tile"]
     assert prune(configs, {"n_q": 100, "n_k": 100}, PRECISION="tf32") == ["first"]
     assert prune(configs, {"n_q": 100, "n_k": 4096}, PRECISION="tf32") == configs
+
+
+def test_batch_chunks_past_the_grid_row_limit_give_the_same_result(monkeypatch):
+    """batch x heads above CUDA's 65,535 grid rows is launched in batch chunks (the H200
+    refused 512 x 128 heads in one launch); the chunked result equals the one-launch one."""
+    from mlinfra_lab.attention import flash
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(3, 2, 40, 16, generator=g) for _ in range(4))
+
+    def run():
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = flash_attention(*leaves, causal=True)
+        out.backward(do)
+        return [out.detach()] + [t.grad for t in leaves]
+
+    whole = run()
+    assert flash._batch_chunks(3, 2) == [(0, 3)]
+    monkeypatch.setattr(flash, "MAX_GRID_ROWS", 2)  # one sequence of 2 heads per launch
+    assert flash._batch_chunks(3, 2) == [(0, 1), (1, 2), (2, 3)]
+    for a, b in zip(whole, run(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    monkeypatch.setattr(flash, "MAX_GRID_ROWS", 1)
+    with pytest.raises(AttentionInputError, match="heads exceed"):
+        flash._batch_chunks(3, 2)

@@ -22,6 +22,9 @@ Design decisions:
   query tile, streaming keys) each recompute the probabilities from the saved
   log-sum-exp, so no atomics are needed and query and key lengths may differ.
 - Float32 inputs use IEEE-precision dots (not TF32), so fp32 results are fp32-accurate.
+- Batch x heads runs on the grid's second axis (query tiles on the first, so the programs
+  of one head run together and share K and V in L2); CUDA caps that axis at 65,535, so a
+  larger batch is launched in chunks of whole sequences.
 - Tile sizes: autotuned over a Hopper list on compute capability 9.x, a small list on
   other GPUs, and one small fixed tile under the CPU interpreter (fast to interpret and
   small enough that tests with 17 or 100 tokens still cross several tiles). Float32 inputs
@@ -66,6 +69,9 @@ __all__ = ["DEFAULT_VERSION", "flash_attention", "flash_attention_lse", "resolve
 
 LOG2E = 1.4426950408889634
 DEFAULT_VERSION = 1  # the forward kernel used when neither the call nor the env picks one
+# CUDA's limit on a grid's y dimension, where the launchers put batch x heads: a larger
+# product (a long batch of short sequences: 512 x 128 heads) is launched in batch chunks.
+MAX_GRID_ROWS = 65535
 
 
 def _kernels() -> dict[str, Any]:
@@ -93,6 +99,15 @@ def resolve_version(version: int | None = None) -> int:
     return version
 
 
+def _batch_chunks(b: int, h: int) -> list[tuple[int, int]]:
+    """Batch ranges ``[start, end)`` whose ``(end - start) * h`` fits the grid's row limit."""
+    if h > MAX_GRID_ROWS:
+        raise AttentionInputError(f"{h} heads exceed the {MAX_GRID_ROWS} grid rows one launch "
+                                  "can address; fold heads into the batch dimension")
+    per = MAX_GRID_ROWS // h
+    return [(s, min(b, s + per)) for s in range(0, b, per)]
+
+
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
              sm_scale: float, version: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel; returns O and the base-2 LSE ``[B*H, Nq]`` (fp32)."""
@@ -103,17 +118,21 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     assert not causal or n_q == n_k
     o = torch.empty_like(q)
     lse = torch.empty((b * h, n_q), device=q.device, dtype=torch.float32)
-    grid = lambda meta: (_cdiv(n_q, meta["BLOCK_M"]), b * h)  # noqa: E731
     common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype))
-    # v2 needs 16-byte aligned bases (the copy engine) and a positive scale (max before scale)
-    if version == 2 and sm_scale > 0 and all(t.data_ptr() % 16 == 0 for t in (q, k, v, o)):
-        from mlinfra_lab.attention._flash_kernels import set_descriptor_allocator
+    for s, e in _batch_chunks(b, h):  # one launch unless batch x heads > MAX_GRID_ROWS
+        cq, ck, cv, co, clse = q[s:e], k[s:e], v[s:e], o[s:e], lse[s * h : e * h]
+        grid = lambda meta, rows=(e - s) * h: (_cdiv(n_q, meta["BLOCK_M"]), rows)  # noqa: E731
+        # v2 needs 16-byte aligned bases (the copy engine) and a positive scale (max first)
+        if version == 2 and sm_scale > 0 and all(t.data_ptr() % 16 == 0
+                                                 for t in (cq, ck, cv, co)):
+            from mlinfra_lab.attention._flash_kernels import set_descriptor_allocator
 
-        set_descriptor_allocator()
-        _kernels()["fwd_v2"][grid](q, k, v, o, lse, n_q, n_k, sm_scale * LOG2E, **common)
-    else:
-        _kernels()["fwd"][grid](q, k, v, o, lse, n_q, n_k, sm_scale * LOG2E, n_q * d, n_k * d,
-                                d, **common)
+            set_descriptor_allocator()
+            _kernels()["fwd_v2"][grid](cq, ck, cv, co, clse, n_q, n_k, sm_scale * LOG2E,
+                                       **common)
+        else:
+            _kernels()["fwd"][grid](cq, ck, cv, co, clse, n_q, n_k, sm_scale * LOG2E, n_q * d,
+                                    n_k * d, d, **common)
     return o, lse
 
 
@@ -126,15 +145,19 @@ def _backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     assert do.shape == o.shape and do.dtype == o.dtype
     kern = _kernels()
     delta = torch.empty_like(lse)
-    kern["delta"][(_cdiv(n_q, 64), b * h)](
-        o, do, delta, n_q, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=64)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype))
     args = (n_q, n_k, sm_scale * LOG2E, sm_scale, n_q * d, n_k * d, d)
-    kern["dkdv"][lambda m: (_cdiv(n_k, m["BLOCK_N"]), b * h)](
-        q, k, v, do, lse, delta, dk, dv, *args, **common)
-    kern["dq"][lambda m: (_cdiv(n_q, m["BLOCK_M"]), b * h)](
-        q, k, v, do, lse, delta, dq, *args, **common)
+    for s, e in _batch_chunks(b, h):  # one launch each unless batch x heads > MAX_GRID_ROWS
+        rows = (e - s) * h
+        t = [x[s:e] for x in (q, k, v, do)]
+        clse, cdelta = lse[s * h : e * h], delta[s * h : e * h]
+        kern["delta"][(_cdiv(n_q, 64), rows)](
+            o[s:e], t[3], cdelta, n_q, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=64)
+        kern["dkdv"][lambda m, rows=rows: (_cdiv(n_k, m["BLOCK_N"]), rows)](
+            *t, clse, cdelta, dk[s:e], dv[s:e], *args, **common)
+        kern["dq"][lambda m, rows=rows: (_cdiv(n_q, m["BLOCK_M"]), rows)](
+            *t, clse, cdelta, dq[s:e], *args, **common)
     return dq, dk, dv
 
 
