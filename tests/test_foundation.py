@@ -137,3 +137,23 @@ def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "make test" in ci and "make test" in readme and "make book" in readme
+
+
+def test_the_gpu_notebook_record_is_complete_and_shown_in_the_readme() -> None:
+    """Every notebook passed on the GPU within 60 s a cell, and the README shows that run."""
+    records = sorted((ROOT / "benchmarks" / "results").glob("h200-notebooks-*.json"))
+    assert records, "no GPU notebook record: run `make test-gpu` on a GPU and commit it"
+    record = json.loads(records[-1].read_text())
+    assert record["all_passed"] and record["device"]["device_name"] and record["date"]
+    ran = {e["notebook"] for e in record["notebooks"]}
+    expected = {str(p.relative_to(ROOT)) for p in [*ROOT.glob("book/*.ipynb"),
+                                                   *ROOT.glob("labs/*.ipynb")]}
+    assert ran == expected, f"notebooks not in the GPU record: {sorted(expected - ran)}"
+    assert all(e["slowest_cell_seconds"] <= record["cell_timeout_s"] <= 60
+               for e in record["notebooks"])
+    readme = (ROOT / "README.md").read_text()
+    assert records[-1].name in readme
+    for e in record["notebooks"]:
+        row = (f"| `{e['notebook']}` | {e['cells']} | passed | {e['seconds']:.0f} | "
+               f"{e['slowest_cell_seconds']:.0f} |")
+        assert row in readme, f"README's GPU table is not the record's: {row}"
