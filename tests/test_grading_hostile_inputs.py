@@ -24,6 +24,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from test_grading_pipeline import _cell, _student_copy  # the same warm-up submissions
 
 from mlinfra_lab.cli import main
 from mlinfra_lab.grading import SECRET_ENV, release_node
@@ -53,25 +54,6 @@ HOARD = """def stable_softmax(x, axis=-1):
     x = np.asarray(x)
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)"""
-
-
-def _cell(nb, cell_id):
-    return next(c for c in nb.cells if c.get("id") == cell_id)
-
-
-def _student_copy(**solutions: str):
-    """The released warm-up, source solutions filled in, a light set-up cell, then
-    `solutions` (cell id with underscores for dashes -> text) in place."""
-    source = nbformat.read(str(WARMUP), as_version=4)
-    nb = release_node(source, "00_warmup")
-    for cell in nb.cells:
-        if "runtime.describe()" in cell.source:
-            cell.source = "import numpy as np\nprint('light set-up for the test')"
-        elif cell.get("id", "").endswith("-solution"):
-            cell.source = _cell(source, cell.id).source
-    for key, text in solutions.items():
-        _cell(nb, key.replace("_", "-")).source = text
-    return nb
 
 
 def _insert_before(nb, cell_id: str, *sources: str):
