@@ -67,11 +67,12 @@ lint: setup
 	$(BIN)/ruff check mlinfra_lab tests
 
 unit: setup
-	$(PYTEST) -m "not notebooks and not browser" tests
+	$(PYTEST) -m "not notebooks and not browser" --durations=8 tests
 
-# The instructor sources and the chapters; not book/labs/ (its stubs raise by design).
+# The chapters under nbval. The instructor labs run under nbval in `validate` (their source,
+# their release and every wrong answer); book/labs/ is not run (its stubs raise by design).
 notebooks: setup
-	$(PYTEST) --nbval-lax --nbval-cell-timeout=900 --ignore=book/labs book labs
+	$(PYTEST) --nbval-lax --nbval-cell-timeout=900 --ignore=book/labs book
 
 validate: setup
 	$(BIN)/mlinfra-lab validate labs --jobs 2

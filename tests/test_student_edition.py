@@ -188,10 +188,11 @@ def lab_secret_lines(nb: Any) -> list[tuple[str, str]]:
 
 
 def public_sources(released: dict[str, Any]) -> str:
-    """The normalised text of what the course publishes on purpose: student labs, chapters."""
+    """The normalised text of what the course publishes on purpose: student labs, chapters,
+    the markdown pages and the bibliography the references page renders."""
     texts = [notebook_text(nb) for nb in released.values()]
     texts += [notebook_text(json.loads(p.read_text())) for p in ROOT.glob("book/*.ipynb")]
-    texts += [p.read_text() for p in ROOT.glob("book/*.md")]
+    texts += [p.read_text() for p in [*ROOT.glob("book/*.md"), *ROOT.glob("book/*.bib")]]
     return normalise("\n".join(texts))
 
 
