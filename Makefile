@@ -69,8 +69,8 @@ lint: setup
 unit: setup
 	$(PYTEST) -m "not notebooks and not browser" --durations=8 tests
 
-# The chapters under nbval. The instructor labs run under nbval in `validate` (their source,
-# their release and every wrong answer); book/labs/ is not run (its stubs raise by design).
+# The chapters under nbval. The instructor labs run in `validate` (their source, their release
+# and every wrong answer, as `grade` runs them); book/labs/ is not run (stubs raise by design).
 notebooks: setup
 	$(PYTEST) --nbval-lax --nbval-cell-timeout=900 --ignore=book/labs book
 
@@ -97,7 +97,9 @@ endif
 # `make test` runs the stages under .ci/with-postgres.sh: it starts a throwaway PostgreSQL
 # server (unless MLINFRA_PG_URL is set) so the tracking suite runs on both backends, stops it
 # even when a stage fails, and ends with a summary that says what was skipped and why.
+# The grading tests attack the grader from inside its sandbox: they need bubblewrap.
 test: setup
+	@command -v bwrap >/dev/null || { echo "make test: bubblewrap (bwrap) is missing; the grading tests need it: apt-get install bubblewrap" >&2; exit 1; }
 	@bash .ci/with-postgres.sh $(MAKE) --no-print-directory test-stages
 
 test-stages: lint check-lock unit notebooks validate book browser

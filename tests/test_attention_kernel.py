@@ -205,7 +205,7 @@ def test_batch_chunks_past_the_grid_row_limit_give_the_same_result(monkeypatch):
     from mlinfra_lab.attention import flash
 
     g = torch.Generator().manual_seed(3)
-    q, k, v, do = (torch.randn(3, 2, 40, 16, generator=g) for _ in range(4))
+    q, k, v, do = (torch.randn(3, 2, 40, 16, generator=g).to(DEVICE) for _ in range(4))
 
     def run():
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]

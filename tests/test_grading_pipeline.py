@@ -92,8 +92,8 @@ def graded(tmp_path_factory):
     # erin: log_softmax as log(softmax): passes the visible tests, fails the hidden ones.
     erin = _student_copy(softmax_solution=LOG_OF_SOFTMAX, logsoftmax_solution="# see above")
     paths.append(_write(erin, subs / "erin.ipynb"))
-    # mallory: after exercise 1, kills the pytest process running the batch; graded first,
-    # so the notebooks after hers only get graded if the batch recovers.
+    # mallory: after exercise 1, tries to kill the process that runs her kernel; graded
+    # first, so the notebooks after hers are graded only if that cannot hurt the batch.
     mallory = _student_copy()
     kill = nbformat.v4.new_code_cell("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
     kill.id = "student-kill"
@@ -139,7 +139,7 @@ def test_gradebook_has_the_columns_and_every_student(graded):
 
 def test_all_correct_gets_full_points(graded):
     rows = graded[2]["alice"]
-    assert _points(rows) == {"stable_softmax": 2, "logsumexp": 2, "log_softmax": 3}
+    assert _points(rows) == {"stable_softmax": 2, "logsumexp": 2, "log_softmax": 3}, rows
     assert {r["max"] for r in rows.values()} == {"2", "3"}
     assert all(r["message"] == "" for r in rows.values())
 
@@ -182,8 +182,9 @@ def test_bad_inputs_are_reported_one_line_each_and_the_rest_graded(graded):
     assert len(by_student) == 6
 
 
-def test_a_notebook_that_kills_the_grader_scores_what_passed_and_spares_the_rest(graded):
+def test_a_notebook_that_tries_to_kill_the_grader_changes_nothing(graded):
+    # In its sandbox (see mlinfra_lab.grading.sandbox) the kernel's parent is the sandbox's
+    # own init process, which ignores the signal: mallory's later cells still run and score.
     rows = graded[2]["mallory"]
-    assert _points(rows) == {"stable_softmax": 2, "logsumexp": 0, "log_softmax": 0}
-    assert "the notebook stopped before" in rows["logsumexp"]["message"]
+    assert _points(rows) == {"stable_softmax": 2, "logsumexp": 2, "log_softmax": 3}, rows
     # alice, bob, ... ran after mallory in the batch: their scores are the other tests' checks

@@ -2,27 +2,28 @@
 
 Contract: the limits live in `ExecutionConfig` (``grade`` sets them from its flags); this
 module holds their defaults, the checks made before a notebook runs (`file_too_large`,
-`too_many_cells`), the address-space limit the nbval process and its kernels start under
+`too_many_cells`), the address-space limit each kernel starts under
 (`address_space_limiter`), and the one-line messages the gradebook shows for each overrun
 (`memory_message` and the rest). It imports nothing heavy: the grading process and the
-pytest plugin `nbval_budgets` both use it.
+sandbox that starts the kernels (`sandbox`, `kernel_runner`) both use it.
 
 The budgets, and what an overrun does (the batch always goes on):
 - file size (`DEFAULT_MAX_BYTES`) and cell count (`DEFAULT_MAX_CELLS`): checked before
   anything runs; the submission is not graded, with one line saying which limit and flag.
-- memory (`DEFAULT_MEMORY_LIMIT`): ``RLIMIT_AS`` (address space) set on the pytest process
-  that runs nbval, which every kernel it starts inherits. An allocation past it raises
+- memory (`DEFAULT_MEMORY_LIMIT`): ``RLIMIT_AS`` (address space) set on each kernel as the
+  sandbox starts it, and inherited by every process it starts. An allocation past it raises
   ``MemoryError`` in the student's cell, which then fails like any error; the kernel lives
-  on, so the next cells and the next notebooks run. Address space, not resident memory:
+  on, so the next cells run. Address space, not resident memory:
   a kernel that imports torch and triton reserves about 1.7 GB here (2 cores) before it
   computes anything, so the limit must leave room for that (see the README).
-- wall time per notebook (`DEFAULT_NOTEBOOK_TIMEOUT`): checked by `nbval_budgets` before
+- wall time per notebook (`DEFAULT_NOTEBOOK_TIMEOUT`): checked by `kernel_runner` before
   each cell; once a notebook has run longer, its remaining cells fail at once with
   `notebook_timeout_message`. The cell running when the time is up is bounded by the
   per-cell timeout, so a notebook stops within one cell timeout of its limit.
 - output (`DEFAULT_OUTPUT_CAP` bytes per cell): grading does not keep the notebooks'
-  outputs; `nbval_budgets` drops what a cell prints past the cap as the messages arrive, so
-  the nbval process holds at most the cap (plus the one message being read) per cell.
+  outputs; `kernel_runner` counts what a cell prints and drops it as the messages arrive
+  (the gradebook notes how much past the cap), so the grader holds at most one message
+  (capped at 16 MiB by the socket) at a time.
 
 Design decisions:
 - A limit of ``None`` (or 0 on the command line) switches that budget off. `ExecutionConfig`

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from mlinfra_lab.cli import CommandError
 
+from .sandbox import SANDBOX_KINDS
+
 if TYPE_CHECKING:
     from .execute import ExecutionConfig
 
@@ -47,9 +49,21 @@ Inputs that are refused (one line each, the rest is graded):
 What is graded:
   Every grader cell and every cell tagged 'readonly' of the source lab is restored by
   cell id (visible and hidden tests; an edited or deleted one changes nothing), the
-  notebook runs under 'pytest --nbval-lax', and each grader cell scores its points if it
-  ran without an exception, else 0 with its assertion message. A crashing or hanging cell
+  notebook runs cell by cell in a fresh kernel, and each grader cell scores its points if
+  the kernel replied 'ok' and broadcast no error, else 0 with its last exception line.
+  Before each grader cell, IPython's error handling, transformers and hooks and Python's
+  builtins are put back as they were before the notebook ran. A crashing or hanging cell
   (see --timeout) scores what passed; the rest of the batch is still graded.
+
+The sandbox (--sandbox; each notebook gets its own, and nothing of it survives):
+  bwrap (bubblewrap, apt-get install bubblewrap; what 'auto' picks where it works): the
+  kernel sees the operating system, this Python and the mlinfra_lab package read-only,
+  and an empty working folder: not --source, not the other submissions, not the
+  gradebook; its own processes only; no network; as root it runs as a throwaway user.
+  rlimit (the fallback, with a warning): resource limits, a fresh folder, a new session
+  and, as root where that user can run this Python, a throwaway user; it hides no files
+  and, without root, not the grader's processes. The book's page for instructors says
+  what each stops and what it does not.
 
 The course's own implementations:
   A grader cell whose metadata lists 'forbid' (the course's own implementations of the
@@ -66,7 +80,7 @@ The secret:
   it is never printed, and the gradebook records only whether it was the default.
 
 Budgets (each overrun is a message in the gradebook; the batch goes on):
-  --memory-limit: address space of the nbval process and every kernel (RLIMIT_AS); an
+  --memory-limit: address space of every kernel and its children (RLIMIT_AS); an
   allocation past it raises MemoryError in that cell. A kernel that imports torch and
   triton reserves about 1.7 GB of it before computing (2 cores; more with more cores); 0
   switches it off. The default is 4 GiB, and off on a machine with an NVIDIA GPU (CUDA
@@ -74,6 +88,11 @@ Budgets (each overrun is a message in the gradebook; the batch goes on):
   machine's cgroups or the batch scheduler instead. --notebook-timeout: a notebook's
   later cells fail once it has run that long (the running cell is bounded by --timeout).
   Each cell's output past 1 MiB is dropped while it runs (grading keeps no outputs).
+
+At scale: split the submissions into chunks, grade each chunk as its own job (one
+machine: --jobs N; a cluster: one batch-scheduler job per chunk, same --source and
+secret), then 'grade --merge CHUNK_DIR... --out GRADEBOOK_DIR' verifies every chunk
+and writes one gradebook with a fresh manifest.
 
 Output: GRADEBOOK_DIR/gradebook.csv (student, lab, exercise, points, max, message; text
 that a spreadsheet would run as a formula starts with '), gradebook.json (plus per-cell
@@ -97,7 +116,7 @@ def _execution_config(args: argparse.Namespace, default_secret: str) -> Executio
         raise CommandError("--jobs must be at least 1")
     if args.secret is not None and not args.secret:
         raise CommandError("--secret must not be empty")
-    config = ExecutionConfig(cell_timeout=args.timeout, jobs=args.jobs)
+    config = ExecutionConfig(cell_timeout=args.timeout, jobs=args.jobs, sandbox=args.sandbox)
     return config.with_secret(args.secret or default_secret)
 
 
@@ -169,6 +188,24 @@ def _verify(args: argparse.Namespace, secret: str) -> int:
     return 0
 
 
+def _merge(args: argparse.Namespace, secret: str) -> int:
+    from .errors import GradingError
+    from .gradebook import write_gradebook
+    from .merge import merge_gradebooks
+
+    if not args.out or args.submissions or args.source:
+        raise CommandError("grade --merge CHUNK_DIR... takes gradebook folders and --out "
+                           "GRADEBOOK_DIR only (no submissions, no --source)")
+    try:
+        report = merge_gradebooks(args.merge, secret)
+    except GradingError as err:
+        raise CommandError(str(err)) from err
+    csv_path, _ = write_gradebook(report, args.out, secret)
+    print(f"merged {len(args.merge)} gradebooks: {len(report.results)} graded submissions, "
+          f"{len(report.problems)} not graded -> {csv_path}")
+    return 0 if report.ok else 1
+
+
 def _grade(args: argparse.Namespace) -> int:
     import os
 
@@ -182,6 +219,8 @@ def _grade(args: argparse.Namespace) -> int:
         if args.secret is not None and not args.secret:
             raise CommandError("--secret must not be empty")
         return _verify(args, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
+    if args.merge:
+        return _merge(args, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
     if not args.submissions or not args.source or not args.out:
         raise CommandError("grade needs SUBMISSION..., --source LABS and --out GRADEBOOK_DIR "
                            "(or --verify GRADEBOOK_DIR)")
@@ -246,7 +285,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     release.set_defaults(func=_release)
 
     grade = commands.add_parser(
-        "grade", help="grade submitted lab notebooks with nbval; write a gradebook",
+        "grade", help="grade submitted lab notebooks, each in a sandbox; write a gradebook",
         description="Grade student notebooks against the instructor source labs.",
         epilog=GRADE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     grade.add_argument("submissions", metavar="SUBMISSION", nargs="*",
@@ -259,12 +298,18 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     grade.add_argument("--verify", metavar="GRADEBOOK_DIR", default=None,
                        help="grade nothing: check a gradebook against its manifest (with "
                        "the secret it was graded with); exit 1 naming any edited file")
+    grade.add_argument("--merge", metavar="CHUNK_DIR", nargs="+", default=None,
+                       help="grade nothing: merge the gradebooks of chunks graded apart "
+                       "(each verified first, with the secret) into --out")
     grade.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                        help="per-cell time limit; a cell running longer is interrupted "
                        "and fails (default: 60)")
     grade.add_argument("--jobs", type=int, default=1, metavar="N",
                        help="notebooks run side by side (default: 1; more helps only with "
                        "spare cores)")
+    grade.add_argument("--sandbox", choices=SANDBOX_KINDS, default="auto",
+                       help="where each notebook runs: bwrap (bubblewrap), rlimit (the "
+                       "fallback) or auto (bwrap where it works; default)")
     grade.add_argument("--secret", default=None, metavar="S",
                        help="the grading secret hidden tests draw their inputs from "
                        "(default: $MLINFRA_GRADE_SECRET, else the public default)")
@@ -286,7 +331,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     validate = commands.add_parser(
         "validate", help="check every grader passes on the source and fails on the release "
         "and on every wrong answer",
-        description="For every lab with grader cells, run under nbval the source, its "
+        description="For every lab with grader cells, run (as grade runs them) the source, its "
         "released version, and one variant per raw cell tagged 'wrong-answer' (the source "
         "with that wrong answer in place of the solution cell it replaces): each grader "
         "must pass on the source (inside its 'forbid' guard) and fail on the release, and "
@@ -299,6 +344,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                           help="per-cell time limit (default: 300)")
     validate.add_argument("--jobs", type=int, default=1, metavar="N",
                           help="notebooks run side by side (default: 1)")
+    validate.add_argument("--sandbox", choices=SANDBOX_KINDS, default="auto",
+                          help="where each notebook runs (as for grade; default: auto)")
     validate.add_argument("--secret", default=None, metavar="S",
                           help="run the hidden tests under this grading secret, to check "
                           "they pass on the solutions with inputs other than the default's "

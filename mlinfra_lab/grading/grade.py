@@ -10,8 +10,9 @@ Design decisions:
   credit is several grader cells sharing one exercise.
 - A grader that did not run (the kernel died, the batch's safety timeout) scores 0 with a
   message saying so, like a failed one: a submission "scores what passed".
-- All submissions run in one nbval batch (see `execute`); the prepared notebooks live in a
-  temporary folder, one sub-folder each, so every kernel starts in its own empty folder.
+- Each submission runs in its own kernel and sandbox (see `execute`, `sandbox`); the
+  prepared notebooks (with the hidden tests) stay in a temporary folder outside every
+  sandbox: the grading process sends their cells one by one, so no kernel can read them.
 - A note on a restored read-only cell (edited, deleted) is added to the message of the
   next grader of the lab, the one that runs it, so it shows in that exercise's row.
 - The kernels get the grading secret through ``config.env`` (``grade --secret``); the
@@ -36,6 +37,7 @@ from pathlib import Path
 from .budgets import memory_message
 from .execute import CellOutcome, ExecutionConfig, run_notebooks
 from .restore import RestoreNote, restore_graders
+from .sandbox import Sandbox, make_sandbox
 from .submissions import SourceLab, SubmissionProblem, find_submissions, load_source_labs
 
 __all__ = ["CellResult", "GradeConfig", "GradeReport", "GradeResult", "grade_submissions"]
@@ -95,6 +97,7 @@ class GradeReport:
     warnings: tuple[str, ...] = ()
     config: ExecutionConfig = field(default_factory=ExecutionConfig)
     sources: tuple[tuple[str, str, str], ...] = ()  # (lab, path, sha256) of the source labs
+    sandbox: str = ""  # the sandbox the kernels ran in ("bwrap", "rlimit")
 
     @property
     def ok(self) -> bool:
@@ -103,7 +106,7 @@ class GradeReport:
 
     def as_dict(self) -> dict:
         return {
-            "config": self.config.record(),
+            "config": self.config.record() | {"sandbox_used": self.sandbox},
             "results": [asdict(r) | {"points": r.points, "max": r.max_points}
                         for r in self.results],
             "problems": [asdict(p) for p in self.problems],
@@ -135,20 +138,34 @@ def _score(outcome: CellOutcome | None, points: float, note: str,
     return 0.0, False, f"{message}; {note}" if note else message
 
 
+def sandbox_warnings(sandbox: Sandbox) -> list[str]:
+    """What a report says about a sandbox weaker than bubblewrap."""
+    if sandbox.kind == "bwrap":
+        return []
+    lines = [f"kernels ran in the '{sandbox.kind}' fallback sandbox: it hides neither the file "
+             "system nor, without root, the grader's processes (install bubblewrap: "
+             "apt-get install bubblewrap)"]
+    return lines + ([sandbox.warning] if sandbox.warning else [])
+
+
 def grade_submissions(
     submissions: Sequence[Path | str],
     source: Path | str,
     config: ExecutionConfig | None = None,
     progress: bool = False,
+    sandbox: Sandbox | None = None,
 ) -> GradeReport:
-    """Grade `submissions` (notebooks or folders of them) against the labs of `source`."""
+    """Grade `submissions` (notebooks or folders of them) against the labs of `source`,
+    each in its own `sandbox` (default: ``make_sandbox(config.sandbox)``)."""
     import nbformat
 
     config = config or ExecutionConfig()
+    sandbox = sandbox or make_sandbox(config.sandbox)
     labs = load_source_labs(source)
     found, problems = find_submissions(submissions, labs, config.max_bytes, config.max_cells)
-    warnings = [f"{s.path}: lab '{s.lab}' has no grader cells; scored 0 of 0"
-                for s in found if not labs[s.lab].graders]
+    warnings = sandbox_warnings(sandbox)
+    warnings += [f"{s.path}: lab '{s.lab}' has no grader cells; scored 0 of 0"
+                 for s in found if not labs[s.lab].graders]
     warnings += [f"{s.path}: {note}" for s in found for note in s.notes]
     with tempfile.TemporaryDirectory(prefix="mlinfra-grade-") as tmp:
         prepared, notes, graded = [], [], []
@@ -167,7 +184,7 @@ def grade_submissions(
             prepared.append(path.resolve())
             notes.append(note)
             graded.append(sub)
-        outcomes = run_notebooks(prepared, config, progress=(
+        outcomes = run_notebooks(prepared, config, sandbox=sandbox, progress=(
             f"grading {len(prepared)} notebooks" if progress and prepared else None))
     results = []
     for sub, path, note in zip(graded, prepared, notes, strict=True):
@@ -183,4 +200,5 @@ def grade_submissions(
         results.append(GradeResult(sub.student, sub.lab, str(sub.path), tuple(cells),
                                    sub.sha256, (*sub.notes, *budget_notes)))
     sources = tuple((lab.name, str(lab.path), lab.sha256) for lab in labs.values())
-    return GradeReport(tuple(results), tuple(problems), tuple(warnings), config, sources)
+    return GradeReport(tuple(results), tuple(problems), tuple(warnings), config, sources,
+                       sandbox.kind)
