@@ -12,7 +12,8 @@ cache and tiered retention keep storage fast and bounded. Read the modules in th
 - ``run``        a run: batched metric writes, artifacts logged by reference
 - ``query``      the search language, parsed into bound SQLAlchemy expressions
 - ``reading``    search statements, their plans, runs read back as records
-- ``access``     VIEW < READ_ARTIFACTS < WRITE < ADMIN, users and teams
+- ``access``     VIEW < READ_ARTIFACTS < WRITE < ADMIN, users, teams, store ADMINs
+- ``audit``      the audit log: every decision, denials with their real scope
 - ``lineage``    walking the graph forward and backward
 - ``cache``      the LRU disk cache of hot artifacts, verified by hash
 - ``retention``  declarative policy -> explicit plan
@@ -32,7 +33,7 @@ _EXPORTS = {
     "Level": "access",
     "ArtifactCache": "cache", "CacheStats": "cache",
     "ArtifactNameError": "errors", "IntegrityError": "errors", "NotFound": "errors",
-    "PermissionDenied": "errors", "QueryError": "errors", "TrackingError": "errors",
+    "NotFoundOrDenied": "errors", "PermissionDenied": "errors", "QueryError": "errors", "TrackingError": "errors",
     "LineageGraph": "lineage",
     "compile_filter": "query",
     "ArtifactInfo": "records", "DatasetRef": "records", "GcReport": "records", "RunInfo": "records",
@@ -53,6 +54,7 @@ __all__ = [
     "Level",
     "LineageGraph",
     "NotFound",
+    "NotFoundOrDenied",
     "PermissionDenied",
     "PlannedAction",
     "QueryError",
@@ -87,6 +89,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the eager imports
         ArtifactNameError,
         IntegrityError,
         NotFound,
+        NotFoundOrDenied,
         PermissionDenied,
         QueryError,
         TrackingError,

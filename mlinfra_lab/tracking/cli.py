@@ -102,7 +102,7 @@ def _gc(args: argparse.Namespace) -> int:
 
 def _grant(args: argparse.Namespace) -> int:
     with _errors(), _store(args) as store:
-        store.grant(args.project, args.principal, args.level)
+        store.grant(args.project, args.principal, args.level, kind=args.kind)
     print(f"{args.principal} now holds {args.level.upper()} on {args.project}")
     return 0
 
@@ -193,6 +193,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     grant.add_argument("principal", help="user or team name")
     grant.add_argument("level", choices=["NONE", "VIEW", "READ_ARTIFACTS", "WRITE", "ADMIN"], type=str.upper,
                        help="NONE revokes; VIEW < READ_ARTIFACTS < WRITE < ADMIN")  # fmt: skip
+    grant.add_argument("--kind", choices=["user", "team"], default=None,
+                       help="refuse the grant unless the principal is of this kind (--kind team: an existing team)")
     grant.set_defaults(func=_grant)
 
     b = bench.add_parser("tracking", help="this tracking store against MLflow, side by side (SQLite)",

@@ -5,7 +5,13 @@ Contract: every failure a caller can act on is one of these classes (all subclas
 
 Design decisions:
 - `PermissionDenied` carries the missing grant (project, principal, level) as attributes
-  and in its message, so the fix (`mlinfra-lab track grant ...`) is obvious.
+  and in its message, so the fix (`mlinfra-lab track grant ...`) is obvious; its `scope`
+  names what was refused (``project:NAME``, ``team:NAME`` or ``store``) for the audit log.
+- `NotFoundOrDenied` is the one answer for an id the caller may not see: a run, artifact,
+  dataset or lineage node that does not exist and one in a project without a grant raise
+  the same class with the same message, which names only the id the caller gave (no
+  project), so probing ids tells an outsider nothing. It is both a `NotFound` and a
+  `PermissionDenied`, so code that catches either keeps working.
 - `QueryError` carries the character position of the problem and renders the filter with
   a caret under it, the way a compiler points at a syntax error.
 - `IntegrityError` is raised when bytes read back do not hash to the recorded sha256: a
@@ -18,6 +24,7 @@ __all__ = [
     "ArtifactNameError",
     "IntegrityError",
     "NotFound",
+    "NotFoundOrDenied",
     "PermissionDenied",
     "QueryError",
     "TrackingError",
@@ -56,13 +63,33 @@ class IntegrityError(TrackingError):
 class PermissionDenied(TrackingError, PermissionError):
     """The principal lacks the grant an operation needs; the message names that grant."""
 
-    def __init__(self, principal: str, project: str, needed: str, action: str):
+    def __init__(self, principal: str, project: str, needed: str, action: str, scope: str | None = None):
         self.principal, self.project, self.needed, self.action = principal, project, needed, action
+        self.scope = scope or f"project:{project}"
+        if self.scope != f"project:{project}":  # a store-wide or team operation
+            super().__init__(f"{principal!r} may not {action}: needs {needed} ({self.scope}); "
+                             "ask a store ADMIN (see TrackingStore.set_store_admin)")
+            return
         super().__init__(
             f"{principal!r} may not {action} in project {project!r}: needs grant {needed} "
             f"(an ADMIN of the project can run: mlinfra-lab track grant {project} "
             f"{principal} {needed})"
         )
+
+
+class NotFoundOrDenied(PermissionDenied, NotFound):
+    """An id that does not exist or that the caller may not see: the same answer for both.
+
+    `scope` is the id as the caller gave it (``run:12``); the project it belongs to, when it
+    exists, is kept out of the message and the public attributes (`project` is None) and is
+    handed to the audit log only.
+    """
+
+    def __init__(self, principal: str, target: str, action: str, audit_project: str | None = None):
+        self.principal, self.project, self.needed, self.action = principal, None, "VIEW", action
+        self.scope, self._audit_project = target, audit_project
+        Exception.__init__(self, f"{target} not found, or {principal!r} may not {action} there; check the "
+                                 "id, or ask an ADMIN of its project for a grant")
 
 
 class QueryError(TrackingError, ValueError):

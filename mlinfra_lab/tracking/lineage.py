@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, select
 
 from mlinfra_lab.tracking import schema as S
-from mlinfra_lab.tracking.errors import TrackingError
+from mlinfra_lab.tracking.access import Level, effective_level
+from mlinfra_lab.tracking.errors import NotFoundOrDenied, TrackingError
 
-__all__ = ["LineageGraph", "node_id", "walk"]
+__all__ = ["LineageGraph", "node_id", "require_visible", "walk"]
 
 KINDS = ("dataset", "run", "artifact", "code")
 
@@ -98,6 +99,20 @@ def node_projects(conn: Connection, nodes: Iterable[str]) -> dict[str, tuple[int
         for r in conn.execute(q.where(a.c.id.in_(by_kind["artifact"]))):
             out[f"artifact:{r.id}"] = (r.project_id, r.name)
     return out
+
+
+def require_visible(conn: Connection, node: str, user: str, action: str) -> None:
+    """Raise `NotFoundOrDenied` unless `node` exists and `user` may VIEW its project.
+
+    A missing node and an invisible one get the same answer; a code node is visible to
+    anyone (it belongs to no project and only leads to runs the walk checks one by one).
+    """
+    found = node_projects(conn, [node]).get(node)
+    pid = None if found is None else found[0]
+    if found is None or (pid is not None and effective_level(conn, pid, user) < Level.VIEW):
+        project = None if pid is None else conn.execute(
+            select(S.projects.c.name).where(S.projects.c.id == pid)).scalar()  # fmt: skip
+        raise NotFoundOrDenied(user, node, action, audit_project=project)
 
 
 def walk(

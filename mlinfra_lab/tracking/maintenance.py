@@ -15,8 +15,8 @@ Design decisions:
 - The collector skips blobs younger than `grace_seconds`: an upload writes its blob a moment
   before its row, and a de-duplicated upload refreshes the blob's modification time, so a
   grace period longer than an upload keeps the collector from racing a writer.
-- Both need ADMIN: retention over the projects the caller administers (the plan is already
-  limited to them), garbage collection over every project, since blobs are shared.
+- Retention needs ADMIN on the projects it touches (the plan is already limited to them);
+  garbage collection needs store ADMIN (`access`), since blobs are shared across projects.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select, update
 
-from mlinfra_lab.tracking import access
+from mlinfra_lab.tracking import access, audit
 from mlinfra_lab.tracking import schema as S
-from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
-from mlinfra_lab.tracking.errors import IntegrityError, PermissionDenied
+from mlinfra_lab.tracking.errors import IntegrityError
 from mlinfra_lab.tracking.records import GcReport
 from mlinfra_lab.tracking.retention import RetentionPlan
 
@@ -81,12 +80,8 @@ def collect_garbage(store: TrackingStore, grace_seconds: float, dry_run: bool, e
                     user: str) -> GcReport:  # fmt: skip
     """Delete (or, in a dry run, list) unreferenced blobs older than `grace_seconds`."""
     now = time.time()
-    with store.engine.connect() as conn:
-        all_pids = set(conn.execute(select(S.projects.c.id)).scalars())
-        admin = set(access.visible_project_ids(conn, user, Level.ADMIN))
-        if all_pids - admin:
-            store._audit(user, "gc", None, None, False)
-            raise PermissionDenied(user, "*", "ADMIN", "garbage-collect blobs (ADMIN on every project)")
+    with audit.denials_audited(store.engine), store.engine.connect() as conn:
+        access.require_store_admin(conn, user, "garbage-collect blobs")
         referenced = set(conn.execute(select(S.artifacts.c.uri).distinct()).scalars())
         cold_roots = {u.split("/blobs/")[0] for u in conn.execute(
             select(S.artifacts.c.uri).where(S.artifacts.c.tier == "cold").distinct()).scalars()}  # fmt: skip

@@ -17,8 +17,11 @@ Design decisions:
 - The latest-value table is updated with an upsert that only moves forward in steps
   (``ON CONFLICT ... DO UPDATE ... WHERE excluded.step >= step``), so batches from
   out-of-order writers never make `latest_metrics` go back in time.
-- WRITE permission is checked when the run starts and on each artifact upload; a batch
-  flush does not re-check, to keep it to one transaction (revoke + end the run instead).
+- Every write (a metric batch, params, tags, an artifact row, `end`) re-checks WRITE inside
+  its own transaction, on the project read from the database for this run id
+  (`access.require_run`), not on the handle's `project`: a handle built by hand for
+  another project's run is refused, and so is an open run after its WRITE was revoked.
+  The check costs two indexed reads per batch.
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from sqlalchemy import update
 
+from mlinfra_lab.tracking import access, writing
 from mlinfra_lab.tracking import schema as S
-from mlinfra_lab.tracking import writing
+from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.artifacts import check_name
-from mlinfra_lab.tracking.db import write_tx
+from mlinfra_lab.tracking.audit import audited_write
 from mlinfra_lab.tracking.errors import TrackingError
 
 if TYPE_CHECKING:
@@ -98,7 +102,8 @@ class Run:
         """Write the buffered points in one transaction; return how many were written."""
         if not self._buffer:
             return 0
-        with write_tx(self.store.engine) as conn:
+        with audited_write(self.store.engine) as conn:
+            access.require_run(conn, self.id, self.user, Level.WRITE, "log metrics")
             return self._write_batch(conn)
 
     def _write_batch(self, conn) -> int:  # noqa: ANN001 (a Connection in a write transaction)
@@ -126,12 +131,14 @@ class Run:
     # -- params and tags -----------------------------------------------------------
     def log_params(self, params: dict[str, Any]) -> None:
         self._check_open()
-        with write_tx(self.store.engine) as conn:
+        with audited_write(self.store.engine) as conn:
+            access.require_run(conn, self.id, self.user, Level.WRITE, "log params")
             writing.write_params(conn, self.id, params)
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._check_open()
-        with write_tx(self.store.engine) as conn:
+        with audited_write(self.store.engine) as conn:
+            access.require_run(conn, self.id, self.user, Level.WRITE, "set tags")
             writing.write_tags(conn, self.id, tags)
 
     # -- artifacts -----------------------------------------------------------------
@@ -153,7 +160,8 @@ class Run:
         if status not in RUN_STATUSES[1:]:
             raise TrackingError(f"end status must be one of {RUN_STATUSES[1:]}, got {status!r}")
         self._check_open()
-        with write_tx(self.store.engine) as conn:  # last batch and status: one transaction
+        with audited_write(self.store.engine) as conn:  # last batch and status: one transaction
+            access.require_run(conn, self.id, self.user, Level.WRITE, "end runs")
             self._write_batch(conn)
             conn.execute(update(S.runs).where(S.runs.c.id == self.id)
                          .values(status=status, ended_at=time.time()))  # fmt: skip

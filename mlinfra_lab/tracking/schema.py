@@ -37,6 +37,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 
 __all__ = ["HOT_PARAMS", "metadata"] + [
@@ -71,6 +72,8 @@ principals = Table(
     Column("id", Integer, primary_key=True),
     Column("name", String(200), nullable=False, unique=True),
     Column("kind", String(10), nullable=False),  # "user" | "team"
+    # may run store-wide operations (gc, counts, teams); the first user always may (migration 0003)
+    Column("store_admin", Boolean, nullable=False, server_default=false()),
 )
 
 team_members = Table(

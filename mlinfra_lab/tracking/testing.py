@@ -5,7 +5,9 @@ Contract: `fresh_store(backend, directory)` is a context manager yielding an emp
 database at ``$MLINFRA_PG_URL``, dropped on exit), so the same test runs on both backends
 and every test starts from nothing; `fresh_db_url` yields just the URL of such an empty,
 not yet migrated database (for tests of what happens when a store first opens it);
-`run_together` runs one function in several processes that start at the same moment.
+`run_together` runs one function in several processes that start at the same moment;
+`row_count` counts a table's rows straight from the database, as the trusted test harness
+(`TrackingStore.count` needs store ADMIN, which no single user of a shared store holds).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from mlinfra_lab.tracking.store import TrackingStore
 
-__all__ = ["PG_ENV", "available_backends", "fresh_db_url", "fresh_store", "run_together"]
+__all__ = ["PG_ENV", "available_backends", "fresh_db_url", "fresh_store", "row_count", "run_together"]
 
 PG_ENV = "MLINFRA_PG_URL"
 
@@ -86,3 +88,13 @@ def run_together(target: Callable, processes: int, *args, timeout_s: float = 120
     for p in procs:
         p.join(timeout=timeout_s)
     return [p.exitcode for p in procs]
+
+
+def row_count(store: TrackingStore, table: str) -> int:
+    """Rows of schema table `table`, counted with no access check (for tests only)."""
+    from sqlalchemy import func, select
+
+    from mlinfra_lab.tracking.schema import metadata
+
+    with store.engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(metadata.tables[table])).scalar()
