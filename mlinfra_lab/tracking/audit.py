@@ -3,7 +3,9 @@
 Contract: `record(conn, principal, action, project, target, allowed)` appends one row inside
 the caller's transaction, every field cut to its column's width; `denials_audited(engine)`
 wraps a block so that a `PermissionDenied` escaping it is recorded (once) with its real
-scope before it propagates; `audited_write(engine)` is a write transaction wrapped that way.
+scope before it propagates; `audited_write(engine, what)` is a write transaction wrapped
+that way (driver errors become `DatabaseError`), `audited_transact(engine, fn, what)` the
+same for a retried transaction (`db.transact`).
 
 Design decisions:
 - A denial inside a write transaction is recorded *after* the rollback, in a transaction
@@ -22,15 +24,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
 
 from mlinfra_lab.tracking import schema as S
-from mlinfra_lab.tracking.db import write_tx
+from mlinfra_lab.tracking.db import database_errors, transact, write_tx
 from mlinfra_lab.tracking.errors import NotFoundOrDenied, PermissionDenied
 
-__all__ = ["audited_write", "denials_audited", "record", "record_denial"]
+__all__ = ["audited_transact", "audited_write", "denials_audited", "record", "record_denial"]
+
+T = TypeVar("T")
 
 
 def _cut(value: object, column: str) -> str | None:
@@ -56,7 +61,7 @@ def record_denial(engine: Engine, err: PermissionDenied) -> None:
     else:
         project = err.project if err.scope == f"project:{err.project}" else None
         target = None if project is not None else err.scope
-    with write_tx(engine) as conn:
+    with database_errors("auditing a denial", True), write_tx(engine) as conn:
         record(conn, err.principal, err.action, project, target, False)
     err._audited = True
 
@@ -72,7 +77,13 @@ def denials_audited(engine: Engine) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def audited_write(engine: Engine) -> Iterator[Connection]:
+def audited_write(engine: Engine, what: str = "writing") -> Iterator[Connection]:
     """A write transaction whose denials are recorded after its rollback."""
-    with denials_audited(engine), write_tx(engine) as conn:
+    with denials_audited(engine), database_errors(what, True), write_tx(engine) as conn:
         yield conn
+
+
+def audited_transact(engine: Engine, fn: Callable[[Connection], T], what: str) -> T:
+    """`db.transact` (retried on deadlocks) whose denials are recorded after the rollback."""
+    with denials_audited(engine):
+        return transact(engine, fn, what)

@@ -14,6 +14,8 @@ Design decisions:
   `PermissionDenied`, so code that catches either keeps working.
 - `QueryError` carries the character position of the problem and renders the filter with
   a caret under it, the way a compiler points at a syntax error.
+- `DatabaseError` wraps any driver error that reaches the store's API: a caller catching
+  `TrackingError` sees every failure, and no message carries SQL or parameters.
 - `IntegrityError` is raised when bytes read back do not hash to the recorded sha256: a
   tampered or corrupted blob is never returned silently.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 __all__ = [
     "ArtifactNameError",
+    "DatabaseError",
     "IntegrityError",
     "NotFound",
     "NotFoundOrDenied",
@@ -41,6 +44,20 @@ class NotFound(TrackingError, LookupError):
 
 class ArtifactNameError(TrackingError, ValueError):
     """An artifact name that could escape the artifact root (``..``, absolute, NUL byte)."""
+
+
+class DatabaseError(TrackingError):
+    """The database failed a statement; the message names the operation and the SQLSTATE only.
+
+    Never the SQL or its parameters (they may hold another user's data or the whole of a
+    hostile filter); `sqlstate` and `driver_error` (the exception class name) are attributes.
+    """
+
+    def __init__(self, what: str, driver_error: str, sqlstate: str | None, wrote: bool):
+        self.what, self.driver_error, self.sqlstate = what, driver_error, sqlstate
+        done = "it was rolled back and nothing was written" if wrote else "nothing was changed"
+        super().__init__(f"the database failed while {what} ({driver_error}, SQLSTATE {sqlstate or 'unknown'}); "
+                         f"{done}. Retry; if it persists, the server's log has the statement")
 
 
 class IntegrityError(TrackingError):

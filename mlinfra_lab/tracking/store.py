@@ -40,7 +40,7 @@ from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
 from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
-from mlinfra_lab.tracking.db import make_engine, migrate, write_tx
+from mlinfra_lab.tracking.db import database_errors, make_engine, migrate, write_tx
 from mlinfra_lab.tracking.errors import IntegrityError, TrackingError
 from mlinfra_lab.tracking.records import ArtifactInfo, DatasetRef, GcReport, RunInfo
 from mlinfra_lab.tracking.retention import (
@@ -96,14 +96,14 @@ class TrackingStore:
             with write_tx(self.engine) as c:
                 audit.record(c, user, action, project, target, allowed)
 
-    def _write(self) -> contextlib.AbstractContextManager[Connection]:
+    def _write(self, what: str = "writing") -> contextlib.AbstractContextManager[Connection]:
         """A write transaction; a denial inside it is audited after the rollback."""
-        return audit.audited_write(self.engine)
+        return audit.audited_write(self.engine, what)
 
     @contextlib.contextmanager
-    def _read(self) -> Iterator[Connection]:
-        """A connection for reading; a denial inside it is audited."""
-        with audit.denials_audited(self.engine), self.engine.connect() as conn:
+    def _read(self, what: str = "reading") -> Iterator[Connection]:
+        """A connection for reading; a denial inside it is audited, a driver error wrapped."""
+        with audit.denials_audited(self.engine), database_errors(what), self.engine.connect() as conn:
             yield conn
 
     def _require(self, conn: Connection, project: str, user: str, level: Level, action: str) -> int:
