@@ -20,9 +20,16 @@ Design decisions:
   names that would be dangerous if someone exported artifacts by name (``..``, absolute
   paths, NUL bytes, backslashes).
 
-Caveats: a crash between `put` and the row insert leaves an unreferenced blob, which the
-garbage collector removes (after a grace period, so it never races a concurrent upload
-that is about to reference a de-duplicated blob).
+- The blob is always published, even when one with that name exists: the new bytes hash
+  to the name, so they are right by construction, and a blob that was tampered with is
+  replaced by the right bytes the next time they are logged (a rename on a local disk).
+- `put(source, before_publish)` calls ``before_publish(uri)`` once the name is known and
+  before the blob is moved into place: the store records a pending upload there, which
+  the garbage collector honours (`uploads`).
+
+Caveats: a crash between `put` and the row insert leaves an unreferenced blob (and a
+pending-upload record), which the garbage collector removes once they are stale; a writer
+killed mid-upload leaves a partial file in ``tmp/``, swept by the collector the same way.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import hashlib
 import io
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import BinaryIO
@@ -116,8 +123,13 @@ class BlobStore:
         return self.fs._strip_protocol(uri)
 
     # -- writing ---------------------------------------------------------------------
-    def put(self, source: bytes | str | os.PathLike | BinaryIO) -> PutResult:
-        """Store bytes (or a file path, or a binary stream) atomically; de-duplicate by sha256."""
+    def put(self, source: bytes | str | os.PathLike | BinaryIO,
+            before_publish: Callable[[str], None] | None = None) -> PutResult:  # fmt: skip
+        """Store bytes (or a file path, or a binary stream) atomically; de-duplicate by sha256.
+
+        ``before_publish(uri)`` runs after the bytes are hashed and before the blob appears
+        (or is replaced) at `uri`.
+        """
         tmp = f"{self._root_path}/tmp/{uuid.uuid4().hex}"
         self.fs.makedirs(f"{self._root_path}/tmp", exist_ok=True)
         h, size = hashlib.sha256(), 0
@@ -130,23 +142,16 @@ class BlobStore:
             sha = h.hexdigest()
             uri = self.uri_for(sha)
             final = self._path(uri)
-            if self.fs.exists(final):
-                self.fs.rm(tmp)
-                self._touch(final)  # a fresh mtime keeps the GC's grace period honest
-                return PutResult(uri, sha, size, deduplicated=True)
+            if before_publish is not None:
+                before_publish(uri)
+            existed = self.fs.exists(final)
             self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
-            self.fs.mv(tmp, final)
-            return PutResult(uri, sha, size, deduplicated=False)
+            self.fs.mv(tmp, final)  # replaces a tampered blob; a fresh mtime for the GC's grace
+            return PutResult(uri, sha, size, deduplicated=existed)
         except BaseException:
             if self.fs.exists(tmp):
                 self.fs.rm(tmp)
             raise
-
-    def _touch(self, path: str) -> None:
-        try:
-            self.fs.touch(path, truncate=False)
-        except (NotImplementedError, ValueError, TypeError):
-            pass  # object stores cannot touch; their GC grace period must cover uploads
 
     # -- reading and deleting --------------------------------------------------------
     def open(self, uri: str) -> BinaryIO:
@@ -159,7 +164,31 @@ class BlobStore:
         return int(self.fs.size(self._path(uri)))
 
     def delete(self, uri: str) -> None:
-        self.fs.rm(self._path(uri))
+        """Remove the blob at `uri` (nothing to do when it is already gone)."""
+        try:
+            self.fs.rm(self._path(uri))
+        except FileNotFoundError:
+            pass
+
+    def list_tmp(self) -> list[tuple[str, float, int]]:
+        """(path, modified time, size) of every temporary upload file: in flight, or left by a killed writer."""
+        base = f"{self._root_path}/tmp"
+        if not self.fs.exists(base):
+            return []
+        out = []
+        for info in self.fs.ls(base, detail=True):
+            try:
+                mtime = self.fs.modified(info["name"]).timestamp()
+            except (NotImplementedError, AttributeError, FileNotFoundError):
+                mtime = 0.0
+            out.append((info["name"], mtime, int(info.get("size") or 0)))
+        return out
+
+    def remove_tmp(self, path: str) -> None:
+        try:
+            self.fs.rm(path)
+        except FileNotFoundError:
+            pass
 
     def list_blobs(self) -> list[tuple[str, float]]:
         """(uri, modified time as epoch seconds) of every blob under this root."""

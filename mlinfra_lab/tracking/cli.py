@@ -93,7 +93,7 @@ def _retention(args: argparse.Namespace) -> int:
 
 def _gc(args: argparse.Namespace) -> int:
     with _errors(), _store(args) as store:
-        report = store.gc(grace_seconds=args.grace, dry_run=args.dry_run)
+        report = store.gc(grace_seconds=args.grace, dry_run=args.dry_run, stale_upload_seconds=args.stale_uploads)
     verb = "would delete" if report.dry_run else "deleted"
     print(f"{verb} {len(report.deleted)} unreferenced blob(s), {report.bytes_freed} bytes; "
           f"{report.referenced} referenced blob(s) kept")  # fmt: skip
@@ -184,8 +184,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         p.set_defaults(func=_retention)
 
     gc = sub.add_parser("gc", parents=[common], help="delete blobs that no artifact row references")
-    gc.add_argument("--grace", type=float, default=3600.0, help="keep blobs younger than this many seconds (uploads in flight)")
+    gc.add_argument("--grace", type=float, default=3600.0, help="keep unreferenced blobs younger than this many seconds")
     gc.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    gc.add_argument("--stale-uploads", type=float, default=3600.0,
+                    help="remove partial uploads (tmp/) and pending-upload records older than this many seconds")
     gc.set_defaults(func=_gc)
 
     grant = sub.add_parser("grant", parents=[common], help="grant a user or team a level on a project (needs ADMIN)")

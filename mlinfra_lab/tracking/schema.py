@@ -42,7 +42,7 @@ from sqlalchemy import (
 
 __all__ = ["HOT_PARAMS", "metadata"] + [
     "projects", "principals", "team_members", "grants", "runs", "params", "metrics",
-    "latest_metrics", "tags", "datasets", "artifacts", "lineage_edges", "audit_log",
+    "latest_metrics", "tags", "datasets", "artifacts", "lineage_edges", "audit_log", "pending_uploads",
 ]  # fmt: skip
 
 # Params searched often enough to deserve a typed, indexed column on `runs`.
@@ -181,6 +181,18 @@ artifacts = Table(
     Column("pinned", Boolean, nullable=False),  # pinned/promoted: retention never touches it
     Column("created_at", Float, nullable=False),
     Index(None, "run_id", "kind"),
+    Index(None, "uri"),
+)
+
+# A blob an upload is about to publish, recorded (and committed) before the blob is moved into
+# place and deleted in the transaction that inserts its artifact row: the collector never
+# deletes a blob with a fresh record (see `uploads`).
+pending_uploads = Table(
+    "pending_uploads",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("uri", Text, nullable=False),
+    Column("started_at", Float, nullable=False),
     Index(None, "uri"),
 )
 

@@ -35,7 +35,7 @@ from typing import BinaryIO
 
 from sqlalchemy import Connection, Select, func, select, update
 
-from mlinfra_lab.tracking import access, audit, lineage, maintenance, reading, writing
+from mlinfra_lab.tracking import access, audit, lineage, maintenance, reading, uploads, writing
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
@@ -221,16 +221,7 @@ class TrackingStore:
         return Run(self, run_id, project, name, user, self.batch_size)
 
     def _log_artifact(self, run: Run, source, name: str, kind: str, step, pinned: bool) -> ArtifactInfo:
-        with self._read() as conn:  # fail before uploading; checked again where the row is written
-            access.require_run(conn, run.id, run.user, Level.WRITE, "log artifacts")
-        put = self.blobs.put(source)  # blob first: a failure here leaves no row
-        with self._write() as conn:
-            access.require_run(conn, run.id, run.user, Level.WRITE, "log artifacts")
-            aid = conn.execute(S.artifacts.insert().values(
-                run_id=run.id, name=name, kind=kind, step=step, uri=put.uri, sha256=put.sha256,
-                size=put.size, tier="hot", pinned=pinned, created_at=time.time())).inserted_primary_key[0]  # fmt: skip
-            conn.execute(S.lineage_edges.insert().values(src=run.node, dst=f"artifact:{aid}", relation="produced"))
-        return ArtifactInfo(aid, run.id, name, kind, step, put.sha256, put.size, "hot", pinned, put.uri)
+        return uploads.log_artifact(self.engine, self.blobs, run, source, name, kind, step, pinned)
 
     # -- reading metadata (the SQL is in `reading`) -------------------------------
     def get_run(self, run_id: int, user: str | None = None) -> RunInfo:
@@ -375,13 +366,15 @@ class TrackingStore:
         return plan if dry_run else maintenance.execute_plan(self, plan, user)
 
     def gc(self, grace_seconds: float = 3600.0, dry_run: bool = False, extra_roots: Sequence[str] = (),
-           user: str | None = None) -> GcReport:  # fmt: skip
+           user: str | None = None, stale_upload_seconds: float = 3600.0) -> GcReport:  # fmt: skip
         """Delete blobs that no artifact row references and that are older than the grace period.
 
-        Needs store ADMIN (blobs are shared across projects by de-duplication).
-        The grace period protects uploads in flight: their blob exists before their row.
+        Needs store ADMIN (blobs are shared across projects by de-duplication). Uploads in
+        flight are safe at any grace period (`uploads`); pending-upload records and partial
+        uploads in ``tmp/`` older than `stale_upload_seconds` (dead writers) are removed.
         """
-        return maintenance.collect_garbage(self, grace_seconds, dry_run, extra_roots, self._user(user))
+        return maintenance.collect_garbage(self, grace_seconds, dry_run, extra_roots, self._user(user),
+                                           stale_upload_seconds)  # fmt: skip
 
     def audit_log(self, project: str | None, limit: int = 100, user: str | None = None) -> list[dict]:
         """The latest audit records of `project` (needs ADMIN), or with None the store-wide ones
