@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -45,9 +46,9 @@ from typing import BinaryIO
 
 import fsspec
 
-from mlinfra_lab.tracking.errors import ArtifactNameError
+from mlinfra_lab.tracking.errors import ArtifactNameError, IntegrityError
 
-__all__ = ["BlobStore", "PutResult", "check_name", "open_uri", "sha256_file", "to_url"]
+__all__ = ["BlobStore", "PutResult", "check_name", "open_uri", "sha256_file", "to_url", "verified_copy"]
 
 CHUNK = 1 << 20  # 1 MiB: big enough to stream fast, small enough to bound memory
 
@@ -84,6 +85,28 @@ def sha256_file(f: BinaryIO) -> str:
     for chunk in iter(lambda: f.read(CHUNK), b""):
         h.update(chunk)
     return h.hexdigest()
+
+
+def verified_copy(uri: str, sha256: str, artifact_id: int | None = None) -> BinaryIO:
+    """An open temporary file holding the blob at `uri`, checked against `sha256` (`IntegrityError`).
+
+    Copied and hashed one chunk at a time, so memory stays at one chunk whatever the size;
+    the file has no name on disk and disappears when closed.
+    """
+    out = tempfile.TemporaryFile()  # noqa: SIM115 (handed to the caller, who closes it)
+    h = hashlib.sha256()
+    try:
+        with open_uri(uri) as src:
+            for chunk in iter(lambda: src.read(CHUNK), b""):
+                h.update(chunk)
+                out.write(chunk)
+        if h.hexdigest() != sha256:
+            raise IntegrityError(artifact_id, sha256, h.hexdigest(), f"at {uri}")
+    except BaseException:
+        out.close()
+        raise
+    out.seek(0)
+    return out
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,7 @@ def make_engine(url: str, busy_timeout_s: float = 30.0, echo: bool = False) -> E
         if ":memory:" not in url and url not in ("sqlite://", "sqlite:///"):
             _enable_wal(cur, busy_timeout_s)
         cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA case_sensitive_like=ON")  # LIKE as on PostgreSQL (see query)
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 

@@ -114,5 +114,7 @@ class QueryError(TrackingError, ValueError):
 
     def __init__(self, message: str, text: str, position: int):
         self.reason, self.text, self.position = message, text, position
-        caret = " " * position + "^"
-        super().__init__(f"{message} at character {position}:\n  {text}\n  {caret}")
+        start = max(0, position - 60)  # a long filter is shown as a window around the position
+        shown = ("..." if start else "") + text[start:position + 60] + ("..." if len(text) > position + 60 else "")
+        caret = " " * (position - start + (3 if start else 0)) + "^"
+        super().__init__(f"{message} at character {position}:\n  {shown}\n  {caret}")

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import getpass
-import hashlib
-import io
 import os
 import time
 import uuid
@@ -38,10 +36,10 @@ from sqlalchemy import Connection, Select, func, select, update
 from mlinfra_lab.tracking import access, audit, lineage, maintenance, reading, uploads, writing
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level
-from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
+from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url, verified_copy
 from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
 from mlinfra_lab.tracking.db import database_errors, make_engine, migrate, write_tx
-from mlinfra_lab.tracking.errors import IntegrityError, TrackingError
+from mlinfra_lab.tracking.errors import TrackingError
 from mlinfra_lab.tracking.records import ArtifactInfo, DatasetRef, GcReport, RunInfo
 from mlinfra_lab.tracking.retention import (
     ArtifactRecord,
@@ -60,7 +58,8 @@ class TrackingStore:
     def __init__(self, db_url: str = "sqlite:///mlinfra-tracking.db",
                  artifact_root: str = "mlinfra-artifacts", cache_dir: str | os.PathLike | None = None,
                  cache_bytes: int = 1 << 30, default_user: str | None = None,
-                 batch_size: int = 1000, migrate_schema: bool = True):  # fmt: skip
+                 batch_size: int = 1000, migrate_schema: bool = True,
+                 search_timeout_s: float = 10.0):  # fmt: skip
         self.db_url, self.artifact_root = db_url, to_url(artifact_root)
         self.engine = make_engine(db_url)
         if migrate_schema:
@@ -69,6 +68,7 @@ class TrackingStore:
         self.cache = ArtifactCache(cache_dir, cache_bytes) if cache_dir is not None else None
         self.default_user = default_user or os.environ.get("MLINFRA_USER") or getpass.getuser()
         self.batch_size = batch_size
+        self.search_timeout_s = search_timeout_s  # a search running longer is stopped (QueryError)
         self.uncached_reads = 0
         self._known_projects: set[str] = set()
 
@@ -251,7 +251,9 @@ class TrackingStore:
         user = self._user(user)
         with self._read() as conn:
             stmt, names = self._search(conn, project, filter, order_by, limit, user)
-            return reading.run_infos(conn, conn.execute(stmt).all(), names)
+            with reading.time_bound(conn, self.search_timeout_s, filter):
+                rows = conn.execute(stmt).all()
+            return reading.run_infos(conn, rows, names)
 
     def _search(self, conn: Connection, project: str | Sequence[str] | None, filter: str | None,
                 order_by: str | None, limit: int, user: str) -> tuple[Select, dict[int, str]]:  # fmt: skip
@@ -262,7 +264,8 @@ class TrackingStore:
             projects = [project] if isinstance(project, str) else list(project)
             pids = [self._require(conn, p, user, Level.VIEW, "search runs") for p in projects]
         names = dict(conn.execute(select(S.projects.c.id, S.projects.c.name).where(S.projects.c.id.in_(pids))).all())
-        return reading.search_statement(conn, pids, filter, order_by, limit), names
+        with reading.time_bound(conn, self.search_timeout_s, filter):  # the planner's counts run here
+            return reading.search_statement(conn, pids, filter, order_by, limit), names
 
     def explain_search(self, project: str, filter: str | None = None, order_by: str | None = None,
                        user: str | None = None) -> list[str]:  # fmt: skip
@@ -284,29 +287,24 @@ class TrackingStore:
                              r.uri if can_read else None) for r in rows]  # fmt: skip
 
     def open_artifact(self, artifact_id: int, user: str | None = None) -> BinaryIO:
-        """A binary stream of the artifact's verified bytes; needs READ_ARTIFACTS.
+        """An open binary file of the artifact's verified bytes; needs READ_ARTIFACTS.
 
-        Reads through the LRU disk cache when the store has one. Raises `IntegrityError`
+        Reads through the LRU disk cache when the store has one, else into an unnamed
+        temporary file; either way in chunks, never the whole blob in memory. Raises `IntegrityError`
         when the bytes do not hash to the sha256 recorded at upload.
         """
         user = self._user(user)
         with self._read() as conn:
             row = access.require_artifact(conn, artifact_id, user, Level.READ_ARTIFACTS, "download artifacts")
         self._audit(user, "download", row.project, f"artifact:{artifact_id}", True)
-        if self.cache is None:
+        if self.cache is None:  # a verified copy in an unnamed temporary file: never the whole blob in memory
             self.uncached_reads += 1
-            with open_uri(row.uri) as f:
-                data = f.read()
-            actual = hashlib.sha256(data).hexdigest()
-            if actual != row.sha256:
-                raise IntegrityError(artifact_id, row.sha256, actual, f"at {row.uri}")
-            return io.BytesIO(data)
+            return verified_copy(row.uri, row.sha256, artifact_id)
         path = self.cache.get(row.sha256, lambda: open_uri(row.uri), artifact_id)
-        if path.name.startswith(".tmp-"):  # larger than the whole cache: not kept
-            data = path.read_bytes()
+        f = open(path, "rb")  # noqa: SIM115 (the caller closes it)
+        if path.name.startswith(".tmp-"):  # larger than the whole cache: not kept; gone once closed
             path.unlink()
-            return io.BytesIO(data)
-        return open(path, "rb")
+        return f
 
     def read_artifact(self, artifact_id: int, user: str | None = None) -> bytes:
         with self.open_artifact(artifact_id, user) as f:
