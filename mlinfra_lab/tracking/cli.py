@@ -69,7 +69,7 @@ def _lineage(args: argparse.Namespace) -> int:
     with _errors(), _store(args) as store:
         g = store.lineage(args.node, args.direction, args.depth)
     if args.json:
-        print(json.dumps({"root": g.root, "nodes": g.nodes, "edges": g.edges}, indent=2))
+        print(json.dumps({"root": g.root, "nodes": g.nodes, "edges": g.edges, "deleted": g.deleted}, indent=2))
         return 0
     for src, dst, rel in g.edges:
         print(f"{src} ({g.nodes[src]}) --{rel}--> {dst} ({g.nodes[dst]})")

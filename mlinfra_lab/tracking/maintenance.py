@@ -9,7 +9,8 @@ Design decisions:
 - Moves copy first and verify: the blob is re-hashed on its way to the cold root and the row
   is switched to the new URI only if the digest matches (`IntegrityError` otherwise); the
   update is conditional on the row still pointing at the old URI and not being pinned.
-- Deletes remove rows (and their lineage edges), never bytes: de-duplication means a blob
+- Deletes replace rows by lineage tombstones (`lineage.bury`; the edges stay, so a run that
+  consumed a deleted checkpoint still shows it), never bytes: de-duplication means a blob
   may back several rows, so bytes are freed only by the garbage collector, which works from
   the set of URIs that rows reference at the time it runs.
 - The collector cannot race an upload (`uploads`): every blob is re-checked and deleted
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select, update
 
-from mlinfra_lab.tracking import access, audit, uploads
+from mlinfra_lab.tracking import access, audit, lineage, uploads
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
 from mlinfra_lab.tracking.db import database_errors
@@ -71,12 +72,10 @@ def execute_plan(store: TrackingStore, plan: RetentionPlan, user: str) -> Retent
     ids = plan.deletes
     with store._write() as conn:
         for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+            lineage.bury(conn, chunk, "retention")  # a tombstone for each row about to go; edges stay
             n = conn.execute(delete(a).where(a.c.id.in_(chunk), a.c.pinned.is_(False))).rowcount
             if n != len(chunk):
                 notes.append(f"{len(chunk) - n} listed artifacts were pinned or gone since planning")
-            nodes = [f"artifact:{i}" for i in chunk]
-            e = S.lineage_edges
-            conn.execute(delete(e).where(e.c.dst.in_(nodes) | e.c.src.in_(nodes)))
         store._audit(user, "apply_retention", None, f"{len(ids)} deletes, {len(plan.moves)} moves", True, conn)
     return replace(plan, applied=True, notes=tuple(notes))
 

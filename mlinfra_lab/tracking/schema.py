@@ -43,6 +43,7 @@ from sqlalchemy import (
 __all__ = ["HOT_PARAMS", "metadata"] + [
     "projects", "principals", "team_members", "grants", "runs", "params", "metrics",
     "latest_metrics", "tags", "datasets", "artifacts", "lineage_edges", "audit_log", "pending_uploads",
+    "tombstones",
 ]  # fmt: skip
 
 # Params searched often enough to deserve a typed, indexed column on `runs`.
@@ -194,6 +195,21 @@ pending_uploads = Table(
     Column("uri", Text, nullable=False),
     Column("started_at", Float, nullable=False),
     Index(None, "uri"),
+)
+
+# What a deleted artifact was: its lineage edges stay, and lineage shows this in its place.
+tombstones = Table(
+    "tombstones",
+    metadata,
+    Column("artifact_id", Integer, primary_key=True),
+    Column("project_id", Integer, ForeignKey("projects.id", ondelete="CASCADE"), nullable=False),
+    Column("run_id", Integer, nullable=False),
+    Column("name", String(500), nullable=False),
+    Column("kind", String(50), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("deleted_at", Float, nullable=False),
+    Column("reason", String(50), nullable=False),  # "retention"
 )
 
 lineage_edges = Table(

@@ -205,7 +205,7 @@ class TrackingStore:
         with self._write() as conn:
             pid = self._require(conn, project, user, Level.WRITE, "start runs")
             for n in nodes:  # each input must exist and be visible: one answer for both
-                lineage.require_visible(conn, n, user, "use it as an input")
+                lineage.require_visible(conn, n, user, "use it as an input", allow_deleted=False)
             created = time.time() if start_time is None else float(start_time)
             hot = {col: writing.number(params[k]) for k, col in S.HOT_PARAMS.items() if k in params}
             run_id = conn.execute(S.runs.insert().values(
