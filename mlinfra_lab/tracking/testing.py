@@ -62,11 +62,12 @@ def fresh_db_url(backend: str, directory: str | os.PathLike) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def fresh_store(backend: str, directory: str | os.PathLike, **kwargs) -> Iterator[TrackingStore]:
-    """An empty, migrated store on `backend` with artifacts (and its cache) under `directory`."""
+def fresh_store(backend: str, directory: str | os.PathLike, artifact_root: str | None = None,
+                **kwargs) -> Iterator[TrackingStore]:  # fmt: skip
+    """An empty, migrated store on `backend` with artifacts under `directory` (or at `artifact_root`)."""
     kwargs.setdefault("default_user", "owner")
     with fresh_db_url(backend, directory) as url:
-        store = TrackingStore(url, str(Path(directory) / "artifacts"), **kwargs)
+        store = TrackingStore(url, artifact_root or str(Path(directory) / "artifacts"), **kwargs)
         try:
             yield store
         finally:
