@@ -47,6 +47,8 @@ def test_bad_filter_and_missing_grant_are_one_line_errors(db, capsys):
 def test_grant_lineage_retention_gc(db, capsys):
     common, ds = db
     assert main(["track", "grant", "proj", "bob", "view", *common]) == 0
+    assert main(["track", "grant", "proj", "bob", "view", "--kind", "team", *common]) == 2, "bob is a user"
+    assert "is a user, not a team" in capsys.readouterr().err
     bob = [*common[:-1], "bob"]
     assert main(["track", "runs", "search", "proj", *bob]) == 0
     capsys.readouterr()

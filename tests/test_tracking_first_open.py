@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import pytest
 
-from mlinfra_lab.tracking.testing import available_backends, fresh_db_url, fresh_store, run_together
+from mlinfra_lab.tracking.testing import (
+    available_backends,
+    fresh_db_url,
+    fresh_store,
+    row_count,
+    run_together,
+)
 
 pytestmark = pytest.mark.tracking
 
@@ -42,8 +48,8 @@ def test_concurrent_first_open_migrates_once_and_every_opener_can_log(backend, t
         assert codes == [0] * OPENERS, f"an opener failed on the fresh database (exit codes {codes}; see stderr)"
         with TrackingStore(url, str(tmp_path / "artifacts"), default_user="user0", migrate_schema=False) as store:
             assert current_revision(store.engine) == head_revision(), "the schema is not at the newest revision"
-            assert store.count("runs") == OPENERS and store.count("metrics") == OPENERS
-            assert store.count("artifacts") == OPENERS and store.count("projects") == OPENERS
+            assert row_count(store, "runs") == OPENERS and row_count(store, "metrics") == OPENERS
+            assert row_count(store, "artifacts") == OPENERS and row_count(store, "projects") == OPENERS
 
 
 def _first_run_of_shared_project(db_url: str, artifact_root: str, worker: int, barrier) -> None:
@@ -61,7 +67,7 @@ def test_concurrent_first_runs_of_a_new_project_by_a_new_user_all_succeed(backen
     with fresh_store(backend, tmp_path) as store:
         codes = run_together(_first_run_of_shared_project, OPENERS, store.db_url, store.artifact_root)
         assert codes == [0] * OPENERS, f"a first run of the new project failed (exit codes {codes}; see stderr)"
-        assert store.count("projects") == 1 and store.count("runs") == OPENERS
-        assert store.count("principals") == 1, "the new user must be one principal, created once"
-        assert store.count("grants") == 1, "exactly one process (the creator) grants ADMIN"
+        assert row_count(store, "projects") == 1 and row_count(store, "runs") == OPENERS
+        assert row_count(store, "principals") == 1, "the new user must be one principal, created once"
+        assert row_count(store, "grants") == 1, "exactly one process (the creator) grants ADMIN"
         assert store.level("shared", user="newcomer") == Level.ADMIN

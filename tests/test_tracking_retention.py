@@ -117,3 +117,39 @@ def test_gc_deletes_only_unreferenced_blobs(aged):
     for aid, _, _ in rows:
         assert store.read_artifact(aid)
     assert store.gc(grace_seconds=0).deleted == ()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lineage_outlives_retention_through_tombstones(backend, tmp_path):
+    from mlinfra_lab.tracking import NotFoundOrDenied
+
+    with fresh_store(backend, tmp_path, default_user="alice") as store:
+        store.create_project("lab")
+        ds = store.register_dataset("lab", "corpus", "v1", "s3://c/v1")
+        pre = store.start_run("lab", name="pretrain", inputs=[ds], start_time=NOW - 400 * DAY)
+        ckpt = pre.log_artifact(b"pretrained", "ckpt.pt", kind="checkpoint", step=1)
+        pre.end()
+        ft = store.start_run("lab", name="finetune", inputs=[ckpt], start_time=NOW - 300 * DAY)
+        model = ft.log_artifact(b"finetuned", "model.pt", kind="model")
+        ft.end()
+        bobs = store.start_run("bobs", name="honest", user="bob")  # another project: retention must not touch it
+        bobs_ckpt = bobs.log_artifact(b"bob's", "ckpt.pt", kind="checkpoint", step=1)
+        bobs.end()
+        before_bob = store.lineage(bobs_ckpt, "backward", user="bob")
+        policy = RetentionPolicy((RetentionRule("checkpoint", keep_all_days=0, keep_last_runs=0, keep_final=False),))
+        plan = store.apply_retention(policy, now=NOW, dry_run=False)
+        assert plan.deletes == [ckpt.id]
+        assert store.gc(grace_seconds=0).deleted == (ckpt.uri,), "alice, the store's first user, frees its bytes"
+        back = store.lineage(model, "backward")
+        assert {ft.node, ckpt.node, pre.node, ds.node} <= set(back.nodes), "the run still shows what it consumed"
+        assert (ckpt.node, ft.node, "consumed") in back.edges and (pre.node, ckpt.node, "produced") in back.edges
+        assert back.deleted[ckpt.node].startswith("deleted by retention") and "deleted" in back.nodes[ckpt.node]
+        assert set(back.deleted) == {ckpt.node}, "only the deleted artifact is marked"
+        fwd = store.lineage(ckpt.node, "forward")  # the tombstone itself is a starting point
+        assert ft.node in fwd.nodes and model.node in fwd.nodes
+        with pytest.raises(NotFoundOrDenied):
+            store.start_run("lab", inputs=[ckpt.node])  # a deleted artifact is no input any more
+        with pytest.raises(NotFoundOrDenied):
+            store.lineage(ckpt.node, "forward", user="mallory")  # tombstones are as private as the rows
+        assert store.lineage(bobs_ckpt, "backward", user="bob") == before_bob
+        assert store.read_artifact(bobs_ckpt.id, user="bob") == b"bob's"

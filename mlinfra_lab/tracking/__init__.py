@@ -10,9 +10,11 @@ cache and tiered retention keep storage fast and bounded. Read the modules in th
 - ``artifacts``  content-addressed, atomic, de-duplicated blobs on any fsspec URL
 - ``writing``    params, tags and upserts of run metadata (hot params promoted)
 - ``run``        a run: batched metric writes, artifacts logged by reference
+- ``uploads``    artifact logging that garbage collection cannot race (pending records)
 - ``query``      the search language, parsed into bound SQLAlchemy expressions
 - ``reading``    search statements, their plans, runs read back as records
-- ``access``     VIEW < READ_ARTIFACTS < WRITE < ADMIN, users and teams
+- ``access``     VIEW < READ_ARTIFACTS < WRITE < ADMIN, users, teams, store ADMINs
+- ``audit``      the audit log: every decision, denials with their real scope
 - ``lineage``    walking the graph forward and backward
 - ``cache``      the LRU disk cache of hot artifacts, verified by hash
 - ``retention``  declarative policy -> explicit plan
@@ -32,7 +34,7 @@ _EXPORTS = {
     "Level": "access",
     "ArtifactCache": "cache", "CacheStats": "cache",
     "ArtifactNameError": "errors", "IntegrityError": "errors", "NotFound": "errors",
-    "PermissionDenied": "errors", "QueryError": "errors", "TrackingError": "errors",
+    "NotFoundOrDenied": "errors", "PermissionDenied": "errors", "QueryError": "errors", "TrackingError": "errors",
     "LineageGraph": "lineage",
     "compile_filter": "query",
     "ArtifactInfo": "records", "DatasetRef": "records", "GcReport": "records", "RunInfo": "records",
@@ -53,6 +55,7 @@ __all__ = [
     "Level",
     "LineageGraph",
     "NotFound",
+    "NotFoundOrDenied",
     "PermissionDenied",
     "PlannedAction",
     "QueryError",
@@ -87,6 +90,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the eager imports
         ArtifactNameError,
         IntegrityError,
         NotFound,
+        NotFoundOrDenied,
         PermissionDenied,
         QueryError,
         TrackingError,

@@ -1,9 +1,11 @@
 """Access control: four ordered levels per project, granted to users or to teams.
 
 Contract: `effective_level(conn, project_id, user)` is the highest level granted to the
-user directly or through any team they belong to (0 when none), and `require(...)` raises
-`PermissionDenied` naming the missing grant; the store calls `require` on every read and
-write path (runs, metrics, search, lineage, artifacts, retention, grants).
+user directly or through any team they belong to (0 when none); `require(...)`,
+`require_run(...)` and `require_artifact(...)` raise `PermissionDenied` (or, for an id the
+caller may not see, `NotFoundOrDenied`) and are called inside the transaction that then
+reads or writes, so a check and its write see the same grants; `set_grant` and
+`add_member` are the only writers of grants and teams.
 
 Design decisions:
 - Levels are ordered, each implying the ones below it:
@@ -13,10 +15,31 @@ Design decisions:
   share, checkpoints and datasets may be licensed, private or just expensive to egress.
 - Teams are principals too; a user's level is the max over their own grants and their
   teams'. One SQL query computes it.
-- Whoever creates a project becomes its ADMIN. Invisible and non-existent projects look
-  the same from outside where that matters (search across projects lists only visible
-  ones); a direct request for a named project says which grant is missing.
-- Denials and grant changes are written to the audit log by the store.
+- Whoever creates a project becomes its ADMIN. Store-wide operations (garbage collection,
+  row counts, the store's audit log, creating teams and adding members) need a *store
+  ADMIN*: the store's first user (the bootstrap, as the first account of a fresh Grafana
+  or Gitea), and whoever a store ADMIN names with `set_store_admin`.
+- A write re-reads the run's project from the database inside its own transaction
+  (`require_run`): the `Run` handle's project name and user are never trusted, so a
+  handle built by hand for another project's run id is refused, and so is a run whose
+  WRITE grant was revoked while it was open.
+- Ids the caller may not see (runs, artifacts, lineage nodes) get one answer,
+  `NotFoundOrDenied`, whether they exist or not; a project *name* the caller gives gets
+  `PermissionDenied` whether it exists or not. Neither tells an outsider what exists.
+
+No name squatting. A team passes every grant it holds on to its members, so whoever could
+create a team under a name that a grant will later use would capture that grant; and a
+user whose name is taken by a team cannot act at all (a user must be of kind "user").
+Hence: (1) only a store ADMIN creates teams and adds members (an ordinary user can no
+longer create team "bob" before bob arrives, nor add themselves to a team);
+(2) a team is never created under a name already used by a user (`ensure_principal`
+refuses the wrong kind); (3) `set_grant` never creates a team: granting to an unknown name
+registers it as a *user*, which captures nothing, because a user principal gives its
+rights only to whoever acts under that very name; with ``kind="team"`` an unknown name is
+refused, and a name of the other kind than the one asked for is refused; revoking (NONE)
+from an unknown name is a no-op. Names belong to identities: with the tracking server
+(issue 15, item 1) identities come from tokens; through this in-process API the caller's
+``user=`` is trusted, which is why direct database access is for admins and notebooks.
 
 Caveat: enforcement lives in the store's API. In production the artifact bucket must also
 refuse direct reads (bucket policy / IAM), with the store handing out short-lived
@@ -30,13 +53,15 @@ import enum
 import functools
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select, union_all
+from sqlalchemy import Connection, bindparam, delete, func, select, union_all, update
 
 from mlinfra_lab.tracking import schema as S
-from mlinfra_lab.tracking.errors import NotFound, PermissionDenied, TrackingError
+from mlinfra_lab.tracking.errors import NotFound, NotFoundOrDenied, PermissionDenied, TrackingError
 from mlinfra_lab.tracking.writing import insert_ignoring_conflicts
 
-__all__ = ["Level", "effective_level", "ensure_principal", "require", "visible_project_ids"]
+__all__ = ["Level", "add_member", "effective_level", "ensure_principal", "is_store_admin", "require",
+           "require_artifact", "require_run", "require_store_admin", "set_grant", "set_store_admin",
+           "visible_project_ids"]
 
 
 class Level(enum.IntEnum):
@@ -129,3 +154,99 @@ def require(conn: Connection, project: str, user: str, needed: Level, action: st
     if pid is None or effective_level(conn, pid, user) < needed:
         raise PermissionDenied(user, project, needed.name, action)
     return pid
+
+
+def _require_in(conn: Connection, found, target: str, user: str, needed: Level, action: str):  # noqa: ANN001
+    """`found` (a row with project_id and project) if `user` holds `needed` there; else raise."""
+    level = Level.NONE if found is None else effective_level(conn, found.project_id, user)
+    if level < Level.VIEW:  # missing, or invisible: the same answer
+        raise NotFoundOrDenied(user, target, action, audit_project=None if found is None else found.project)
+    if level < needed:
+        raise PermissionDenied(user, found.project, needed.name, action)
+    return found
+
+
+def require_run(conn: Connection, run_id: int, user: str, needed: Level, action: str):
+    """Row (project_id, project) of run `run_id`, read in `conn`'s transaction, if `user` holds `needed`.
+
+    Raises `NotFoundOrDenied` when the run does not exist or its project is invisible to
+    `user`, `PermissionDenied` when `user` sees it but lacks `needed`.
+    """
+    r, p = S.runs, S.projects
+    found = conn.execute(select(r.c.project_id, p.c.name.label("project")).join(p, p.c.id == r.c.project_id)
+                         .where(r.c.id == run_id)).first()  # fmt: skip
+    return _require_in(conn, found, f"run:{run_id}", user, needed, action)
+
+
+def require_artifact(conn: Connection, artifact_id: int, user: str, needed: Level, action: str):
+    """Row (uri, sha256, run_id, project_id, project) of an artifact if `user` holds `needed`."""
+    a, r, p = S.artifacts, S.runs, S.projects
+    found = conn.execute(select(a.c.uri, a.c.sha256, a.c.run_id, r.c.project_id, p.c.name.label("project"))
+                         .join(r, r.c.id == a.c.run_id).join(p, p.c.id == r.c.project_id)
+                         .where(a.c.id == artifact_id)).first()  # fmt: skip
+    return _require_in(conn, found, f"artifact:{artifact_id}", user, needed, action)
+
+
+def is_store_admin(conn: Connection, user: str) -> bool:
+    """True for a store ADMIN: the store's first user, or a user flagged by `set_store_admin`.
+
+    In a store with no user yet, anyone (the first user is about to be registered).
+    """
+    p = S.principals
+    first = select(func.min(p.c.id)).where(p.c.kind == "user").scalar_subquery()
+    row = conn.execute(select(p.c.id, p.c.store_admin, first.label("first"))
+                       .where(p.c.name == user, p.c.kind == "user")).first()  # fmt: skip
+    if row is None:
+        return conn.execute(select(first)).scalar() is None
+    return bool(row.store_admin) or row.id == row.first
+
+
+def require_store_admin(conn: Connection, user: str, action: str, scope: str = "store") -> None:
+    """Raise `PermissionDenied` (scope `scope`) unless `user` is a store ADMIN."""
+    if not is_store_admin(conn, user):
+        raise PermissionDenied(user, "*", "store ADMIN", action, scope=scope)
+
+
+def set_store_admin(conn: Connection, principal: str, admin: bool, user: str) -> None:
+    """Make user `principal` a store ADMIN (or not); only a store ADMIN may."""
+    require_store_admin(conn, user, f"make {principal!r} a store ADMIN")
+    pid = conn.execute(select(S.principals.c.id).where(S.principals.c.name == principal,
+                                                        S.principals.c.kind == "user")).scalar()  # fmt: skip
+    if pid is None:
+        raise NotFound(f"no user named {principal!r}; a user is registered by a grant or by their first project")
+    conn.execute(update(S.principals).where(S.principals.c.id == pid).values(store_admin=admin))
+
+
+def add_member(conn: Connection, team: str, member: str, user: str) -> None:
+    """Add user `member` to `team` (created if new); only a store ADMIN may."""
+    require_store_admin(conn, user, f"add members to team {team!r}", scope=f"team:{team}")
+    tid = ensure_principal(conn, team, "team")  # refuses a name that is a user's
+    mid = ensure_principal(conn, member, "user")  # refuses a team as a member
+    conn.execute(insert_ignoring_conflicts(conn.dialect.name, S.team_members).values(team_id=tid, user_id=mid))
+
+
+def set_grant(conn: Connection, project_id: int, principal: str, level: Level, kind: str | None = None) -> bool:
+    """Give `principal` `level` on the project (NONE revokes); False when there was nothing to do.
+
+    An unknown name is registered as a user (never as a team), unless ``kind="team"``,
+    which refuses it; a name of another kind than `kind` is refused.
+    """
+    if kind not in (None, "user", "team"):
+        raise TrackingError(f"kind must be 'user', 'team' or None, got {kind!r}")
+    p = S.principals
+    row = conn.execute(select(p.c.id, p.c.kind).where(p.c.name == principal)).first()
+    if row is None:
+        if level == Level.NONE:
+            return False  # nothing to revoke
+        if kind == "team":
+            raise NotFound(f"no team named {principal!r}; a store ADMIN creates it with add_to_team")
+        prid = ensure_principal(conn, principal, "user")
+    elif kind is not None and row.kind != kind:
+        raise TrackingError(f"{principal!r} is a {row.kind}, not a {kind}; check the name")
+    else:
+        prid = row.id
+    g = S.grants
+    conn.execute(delete(g).where(g.c.project_id == project_id, g.c.principal_id == prid))
+    if level > Level.NONE:
+        conn.execute(g.insert().values(project_id=project_id, principal_id=prid, level=int(level)))
+    return True

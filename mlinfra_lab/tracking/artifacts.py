@@ -15,14 +15,25 @@ Design decisions:
   A failure midway removes the temporary file; the caller writes the database row only
   after `put` returned, so no row ever points at a missing blob.
 - A URI-scheme registry is fsspec itself: ``file://``, ``s3://``, ``memory://`` ... all
-  work unchanged; the root's protocol picks the backend.
+  work unchanged; the root's protocol picks the backend. Credentials and endpoints come
+  from fsspec's configuration (``~/.config/fsspec/s3.json``, ``FSSPEC_S3_*`` variables) or
+  the AWS environment, never from the database. Reads fetch `CHUNK`-sized ranges and
+  writes buffer one `PART`, so memory stays bounded whatever the blob size; the S3 path
+  is tested against moto's S3 server on loopback (``tests/test_tracking_s3.py``).
 - Artifact *names* are labels in the database, never paths: `check_name` still refuses
   names that would be dangerous if someone exported artifacts by name (``..``, absolute
   paths, NUL bytes, backslashes).
 
-Caveats: a crash between `put` and the row insert leaves an unreferenced blob, which the
-garbage collector removes (after a grace period, so it never races a concurrent upload
-that is about to reference a de-duplicated blob).
+- The blob is always published, even when one with that name exists: the new bytes hash
+  to the name, so they are right by construction, and a blob that was tampered with is
+  replaced by the right bytes the next time they are logged (a rename on a local disk).
+- `put(source, before_publish)` calls ``before_publish(uri)`` once the name is known and
+  before the blob is moved into place: the store records a pending upload there, which
+  the garbage collector honours (`uploads`).
+
+Caveats: a crash between `put` and the row insert leaves an unreferenced blob (and a
+pending-upload record), which the garbage collector removes once they are stale; a writer
+killed mid-upload leaves a partial file in ``tmp/``, swept by the collector the same way.
 """
 
 from __future__ import annotations
@@ -30,19 +41,21 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import BinaryIO
 
 import fsspec
 
-from mlinfra_lab.tracking.errors import ArtifactNameError
+from mlinfra_lab.tracking.errors import ArtifactNameError, IntegrityError
 
-__all__ = ["BlobStore", "PutResult", "check_name", "open_uri", "sha256_file", "to_url"]
+__all__ = ["BlobStore", "PutResult", "check_name", "open_uri", "sha256_file", "to_url", "verified_copy"]
 
 CHUNK = 1 << 20  # 1 MiB: big enough to stream fast, small enough to bound memory
+PART = 5 << 20  # write buffer: S3's smallest multipart part (s3fs's default buffers 50 MiB)
 
 
 def check_name(name: str) -> str:
@@ -68,7 +81,7 @@ def to_url(root: str) -> str:
 def open_uri(uri: str) -> BinaryIO:
     """Open any fsspec URI for binary reading (the caller closes it)."""
     fs, path = fsspec.core.url_to_fs(uri)
-    return fs.open(path, "rb")
+    return fs.open(path, "rb", block_size=CHUNK, cache_type="none")  # object stores: CHUNK-sized ranges, no read-ahead
 
 
 def sha256_file(f: BinaryIO) -> str:
@@ -77,6 +90,28 @@ def sha256_file(f: BinaryIO) -> str:
     for chunk in iter(lambda: f.read(CHUNK), b""):
         h.update(chunk)
     return h.hexdigest()
+
+
+def verified_copy(uri: str, sha256: str, artifact_id: int | None = None) -> BinaryIO:
+    """An open temporary file holding the blob at `uri`, checked against `sha256` (`IntegrityError`).
+
+    Copied and hashed one chunk at a time, so memory stays at one chunk whatever the size;
+    the file has no name on disk and disappears when closed.
+    """
+    out = tempfile.TemporaryFile()  # noqa: SIM115 (handed to the caller, who closes it)
+    h = hashlib.sha256()
+    try:
+        with open_uri(uri) as src:
+            for chunk in iter(lambda: src.read(CHUNK), b""):
+                h.update(chunk)
+                out.write(chunk)
+        if h.hexdigest() != sha256:
+            raise IntegrityError(artifact_id, sha256, h.hexdigest(), f"at {uri}")
+    except BaseException:
+        out.close()
+        raise
+    out.seek(0)
+    return out
 
 
 @dataclass(frozen=True)
@@ -116,13 +151,18 @@ class BlobStore:
         return self.fs._strip_protocol(uri)
 
     # -- writing ---------------------------------------------------------------------
-    def put(self, source: bytes | str | os.PathLike | BinaryIO) -> PutResult:
-        """Store bytes (or a file path, or a binary stream) atomically; de-duplicate by sha256."""
+    def put(self, source: bytes | str | os.PathLike | BinaryIO,
+            before_publish: Callable[[str], None] | None = None) -> PutResult:  # fmt: skip
+        """Store bytes (or a file path, or a binary stream) atomically; de-duplicate by sha256.
+
+        ``before_publish(uri)`` runs after the bytes are hashed and before the blob appears
+        (or is replaced) at `uri`.
+        """
         tmp = f"{self._root_path}/tmp/{uuid.uuid4().hex}"
         self.fs.makedirs(f"{self._root_path}/tmp", exist_ok=True)
         h, size = hashlib.sha256(), 0
         try:
-            with self.fs.open(tmp, "wb") as out:
+            with self.fs.open(tmp, "wb", block_size=PART) as out:
                 for chunk in _chunks(source):
                     h.update(chunk)
                     size += len(chunk)
@@ -130,27 +170,20 @@ class BlobStore:
             sha = h.hexdigest()
             uri = self.uri_for(sha)
             final = self._path(uri)
-            if self.fs.exists(final):
-                self.fs.rm(tmp)
-                self._touch(final)  # a fresh mtime keeps the GC's grace period honest
-                return PutResult(uri, sha, size, deduplicated=True)
+            if before_publish is not None:
+                before_publish(uri)
+            existed = self.fs.exists(final)
             self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
-            self.fs.mv(tmp, final)
-            return PutResult(uri, sha, size, deduplicated=False)
+            self.fs.mv(tmp, final)  # replaces a tampered blob; a fresh mtime for the GC's grace
+            return PutResult(uri, sha, size, deduplicated=existed)
         except BaseException:
             if self.fs.exists(tmp):
                 self.fs.rm(tmp)
             raise
 
-    def _touch(self, path: str) -> None:
-        try:
-            self.fs.touch(path, truncate=False)
-        except (NotImplementedError, ValueError, TypeError):
-            pass  # object stores cannot touch; their GC grace period must cover uploads
-
     # -- reading and deleting --------------------------------------------------------
     def open(self, uri: str) -> BinaryIO:
-        return self.fs.open(self._path(uri), "rb")
+        return self.fs.open(self._path(uri), "rb", block_size=CHUNK, cache_type="none")
 
     def exists(self, uri: str) -> bool:
         return self.fs.exists(self._path(uri))
@@ -159,7 +192,31 @@ class BlobStore:
         return int(self.fs.size(self._path(uri)))
 
     def delete(self, uri: str) -> None:
-        self.fs.rm(self._path(uri))
+        """Remove the blob at `uri` (nothing to do when it is already gone)."""
+        try:
+            self.fs.rm(self._path(uri))
+        except FileNotFoundError:
+            pass
+
+    def list_tmp(self) -> list[tuple[str, float, int]]:
+        """(path, modified time, size) of every temporary upload file: in flight, or left by a killed writer."""
+        base = f"{self._root_path}/tmp"
+        if not self.fs.exists(base):
+            return []
+        out = []
+        for info in self.fs.ls(base, detail=True):
+            try:
+                mtime = self.fs.modified(info["name"]).timestamp()
+            except (NotImplementedError, AttributeError, FileNotFoundError):
+                mtime = 0.0
+            out.append((info["name"], mtime, int(info.get("size") or 0)))
+        return out
+
+    def remove_tmp(self, path: str) -> None:
+        try:
+            self.fs.rm(path)
+        except FileNotFoundError:
+            pass
 
     def list_blobs(self) -> list[tuple[str, float]]:
         """(uri, modified time as epoch seconds) of every blob under this root."""

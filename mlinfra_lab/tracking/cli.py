@@ -69,7 +69,7 @@ def _lineage(args: argparse.Namespace) -> int:
     with _errors(), _store(args) as store:
         g = store.lineage(args.node, args.direction, args.depth)
     if args.json:
-        print(json.dumps({"root": g.root, "nodes": g.nodes, "edges": g.edges}, indent=2))
+        print(json.dumps({"root": g.root, "nodes": g.nodes, "edges": g.edges, "deleted": g.deleted}, indent=2))
         return 0
     for src, dst, rel in g.edges:
         print(f"{src} ({g.nodes[src]}) --{rel}--> {dst} ({g.nodes[dst]})")
@@ -93,7 +93,7 @@ def _retention(args: argparse.Namespace) -> int:
 
 def _gc(args: argparse.Namespace) -> int:
     with _errors(), _store(args) as store:
-        report = store.gc(grace_seconds=args.grace, dry_run=args.dry_run)
+        report = store.gc(grace_seconds=args.grace, dry_run=args.dry_run, stale_upload_seconds=args.stale_uploads)
     verb = "would delete" if report.dry_run else "deleted"
     print(f"{verb} {len(report.deleted)} unreferenced blob(s), {report.bytes_freed} bytes; "
           f"{report.referenced} referenced blob(s) kept")  # fmt: skip
@@ -102,7 +102,7 @@ def _gc(args: argparse.Namespace) -> int:
 
 def _grant(args: argparse.Namespace) -> int:
     with _errors(), _store(args) as store:
-        store.grant(args.project, args.principal, args.level)
+        store.grant(args.project, args.principal, args.level, kind=args.kind)
     print(f"{args.principal} now holds {args.level.upper()} on {args.project}")
     return 0
 
@@ -184,8 +184,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         p.set_defaults(func=_retention)
 
     gc = sub.add_parser("gc", parents=[common], help="delete blobs that no artifact row references")
-    gc.add_argument("--grace", type=float, default=3600.0, help="keep blobs younger than this many seconds (uploads in flight)")
+    gc.add_argument("--grace", type=float, default=3600.0, help="keep unreferenced blobs younger than this many seconds")
     gc.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    gc.add_argument("--stale-uploads", type=float, default=3600.0,
+                    help="remove partial uploads (tmp/) and pending-upload records older than this many seconds")
     gc.set_defaults(func=_gc)
 
     grant = sub.add_parser("grant", parents=[common], help="grant a user or team a level on a project (needs ADMIN)")
@@ -193,6 +195,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     grant.add_argument("principal", help="user or team name")
     grant.add_argument("level", choices=["NONE", "VIEW", "READ_ARTIFACTS", "WRITE", "ADMIN"], type=str.upper,
                        help="NONE revokes; VIEW < READ_ARTIFACTS < WRITE < ADMIN")  # fmt: skip
+    grant.add_argument("--kind", choices=["user", "team"], default=None,
+                       help="refuse the grant unless the principal is of this kind (--kind team: an existing team)")
     grant.set_defaults(func=_grant)
 
     b = bench.add_parser("tracking", help="this tracking store against MLflow, side by side (SQLite)",

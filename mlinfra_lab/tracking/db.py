@@ -2,7 +2,9 @@
 
 Contract: `make_engine(url)` returns a SQLAlchemy engine tuned for the backend and
 `migrate(engine)` brings its schema to the newest Alembic revision; `write_tx(engine)` is
-the one way the store opens a transaction that writes.
+the one way the store opens a transaction that writes, and `transact(engine, fn, what)`
+runs ``fn(conn)`` in one, retried when PostgreSQL aborts it for a deadlock or a
+serialization failure; `database_errors(what)` turns any driver error into `DatabaseError`.
 
 Design decisions:
 - SQLite runs in WAL mode (readers never block the writer), with a busy timeout (a second
@@ -28,20 +30,42 @@ Design decisions:
 - Migrations run through Alembic's API with the migration scripts shipped inside the
   package (``mlinfra_lab/tracking/migrations``), so ``pip install`` is all a user needs.
 
+- PostgreSQL aborts one of two transactions that wait on each other (SQLSTATE 40P01,
+  deadlock) or that cannot be serialized (40001); the aborted one did nothing, so
+  `transact` runs it again, up to `RETRIES` times, after an exponential backoff with jitter
+  (from a per-process generator seeded with the pid, so concurrent writers spread out and a
+  test repeats). The store also takes row locks in one order (upserts sorted by key),
+  which removes most deadlocks in the first place. SQLite's busy timeout already waits.
+- A driver error never reaches a caller raw: its message carries the SQL and its
+  parameters (another user's values, a whole hostile filter). `DatabaseError` names the
+  operation, the driver's exception class and the SQLSTATE, and is raised ``from None``.
+
 Caveat: SQLite allows one writer at a time; WAL makes that writer cheap, not parallel.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import random
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.exc import DBAPIError
 
-__all__ = ["make_engine", "migrate", "write_tx", "current_revision", "head_revision", "MIGRATIONS_DIR"]
+from mlinfra_lab.tracking.errors import DatabaseError
+
+__all__ = ["make_engine", "migrate", "write_tx", "transact", "database_errors", "current_revision",
+           "head_revision", "MIGRATIONS_DIR", "RETRIES"]  # fmt: skip
+
+T = TypeVar("T")
+RETRIES = 10  # attempts of a transaction PostgreSQL aborted (deadlock, serialization failure)
+_TRANSIENT = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+_rngs: dict[int, random.Random] = {}  # pid -> jitter generator (a forked child gets its own)
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _WRITE = "mlinfra_write"
@@ -83,6 +107,7 @@ def make_engine(url: str, busy_timeout_s: float = 30.0, echo: bool = False) -> E
         if ":memory:" not in url and url not in ("sqlite://", "sqlite:///"):
             _enable_wal(cur, busy_timeout_s)
         cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA case_sensitive_like=ON")  # LIKE as on PostgreSQL (see query)
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
@@ -101,6 +126,40 @@ def write_tx(engine: Engine) -> Iterator[Connection]:
         conn.execution_options(**{_WRITE: True})
         with conn.begin():
             yield conn
+
+
+def sqlstate(err: DBAPIError) -> str | None:
+    """The SQLSTATE of a driver error (None where the driver has none, as sqlite3)."""
+    return getattr(err.orig, "sqlstate", None) or getattr(err.orig, "pgcode", None)
+
+
+@contextlib.contextmanager
+def database_errors(what: str, wrote: bool = False) -> Iterator[None]:
+    """Re-raise a driver error from the block as `DatabaseError` (no SQL, no parameters)."""
+    try:
+        yield
+    except DBAPIError as err:
+        raise DatabaseError(what, type(err.orig).__name__, sqlstate(err), wrote) from None
+
+
+def transact(engine: Engine, fn: Callable[[Connection], T], what: str) -> T:
+    """``fn(conn)`` in a write transaction, committed; re-run when PostgreSQL aborts it as a deadlock
+    victim or for a serialization failure (up to `RETRIES` attempts, backoff with jitter).
+
+    `fn` may run more than once: it must not change anything outside the database (the
+    metric buffer, say) until `transact` has returned. Other driver errors, and the last
+    transient one, become `DatabaseError`.
+    """
+    rng = _rngs.setdefault(os.getpid(), random.Random(os.getpid()))
+    for attempt in range(RETRIES):
+        try:
+            with write_tx(engine) as conn:
+                return fn(conn)
+        except DBAPIError as err:
+            if sqlstate(err) not in _TRANSIENT or attempt == RETRIES - 1:
+                raise DatabaseError(what, type(err.orig).__name__, sqlstate(err), True) from None
+        time.sleep(min(0.5, 0.005 * 2**attempt) * (0.5 + rng.random()))
+    raise AssertionError("unreachable")
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:

@@ -5,9 +5,17 @@ Contract: every failure a caller can act on is one of these classes (all subclas
 
 Design decisions:
 - `PermissionDenied` carries the missing grant (project, principal, level) as attributes
-  and in its message, so the fix (`mlinfra-lab track grant ...`) is obvious.
+  and in its message, so the fix (`mlinfra-lab track grant ...`) is obvious; its `scope`
+  names what was refused (``project:NAME``, ``team:NAME`` or ``store``) for the audit log.
+- `NotFoundOrDenied` is the one answer for an id the caller may not see: a run, artifact,
+  dataset or lineage node that does not exist and one in a project without a grant raise
+  the same class with the same message, which names only the id the caller gave (no
+  project), so probing ids tells an outsider nothing. It is both a `NotFound` and a
+  `PermissionDenied`, so code that catches either keeps working.
 - `QueryError` carries the character position of the problem and renders the filter with
   a caret under it, the way a compiler points at a syntax error.
+- `DatabaseError` wraps any driver error that reaches the store's API: a caller catching
+  `TrackingError` sees every failure, and no message carries SQL or parameters.
 - `IntegrityError` is raised when bytes read back do not hash to the recorded sha256: a
   tampered or corrupted blob is never returned silently.
 """
@@ -16,8 +24,10 @@ from __future__ import annotations
 
 __all__ = [
     "ArtifactNameError",
+    "DatabaseError",
     "IntegrityError",
     "NotFound",
+    "NotFoundOrDenied",
     "PermissionDenied",
     "QueryError",
     "TrackingError",
@@ -34,6 +44,20 @@ class NotFound(TrackingError, LookupError):
 
 class ArtifactNameError(TrackingError, ValueError):
     """An artifact name that could escape the artifact root (``..``, absolute, NUL byte)."""
+
+
+class DatabaseError(TrackingError):
+    """The database failed a statement; the message names the operation and the SQLSTATE only.
+
+    Never the SQL or its parameters (they may hold another user's data or the whole of a
+    hostile filter); `sqlstate` and `driver_error` (the exception class name) are attributes.
+    """
+
+    def __init__(self, what: str, driver_error: str, sqlstate: str | None, wrote: bool):
+        self.what, self.driver_error, self.sqlstate = what, driver_error, sqlstate
+        done = "it was rolled back and nothing was written" if wrote else "nothing was changed"
+        super().__init__(f"the database failed while {what} ({driver_error}, SQLSTATE {sqlstate or 'unknown'}); "
+                         f"{done}. Retry; if it persists, the server's log has the statement")
 
 
 class IntegrityError(TrackingError):
@@ -56,8 +80,13 @@ class IntegrityError(TrackingError):
 class PermissionDenied(TrackingError, PermissionError):
     """The principal lacks the grant an operation needs; the message names that grant."""
 
-    def __init__(self, principal: str, project: str, needed: str, action: str):
+    def __init__(self, principal: str, project: str, needed: str, action: str, scope: str | None = None):
         self.principal, self.project, self.needed, self.action = principal, project, needed, action
+        self.scope = scope or f"project:{project}"
+        if self.scope != f"project:{project}":  # a store-wide or team operation
+            super().__init__(f"{principal!r} may not {action}: needs {needed} ({self.scope}); "
+                             "ask a store ADMIN (see TrackingStore.set_store_admin)")
+            return
         super().__init__(
             f"{principal!r} may not {action} in project {project!r}: needs grant {needed} "
             f"(an ADMIN of the project can run: mlinfra-lab track grant {project} "
@@ -65,10 +94,27 @@ class PermissionDenied(TrackingError, PermissionError):
         )
 
 
+class NotFoundOrDenied(PermissionDenied, NotFound):
+    """An id that does not exist or that the caller may not see: the same answer for both.
+
+    `scope` is the id as the caller gave it (``run:12``); the project it belongs to, when it
+    exists, is kept out of the message and the public attributes (`project` is None) and is
+    handed to the audit log only.
+    """
+
+    def __init__(self, principal: str, target: str, action: str, audit_project: str | None = None):
+        self.principal, self.project, self.needed, self.action = principal, None, "VIEW", action
+        self.scope, self._audit_project = target, audit_project
+        Exception.__init__(self, f"{target} not found, or {principal!r} may not {action} there; check the "
+                                 "id, or ask an ADMIN of its project for a grant")
+
+
 class QueryError(TrackingError, ValueError):
     """A search filter that does not parse; points at the offending character."""
 
     def __init__(self, message: str, text: str, position: int):
         self.reason, self.text, self.position = message, text, position
-        caret = " " * position + "^"
-        super().__init__(f"{message} at character {position}:\n  {text}\n  {caret}")
+        start = max(0, position - 60)  # a long filter is shown as a window around the position
+        shown = ("..." if start else "") + text[start:position + 60] + ("..." if len(text) > position + 60 else "")
+        caret = " " * (position - start + (3 if start else 0)) + "^"
+        super().__init__(f"{message} at character {position}:\n  {shown}\n  {caret}")

@@ -16,19 +16,25 @@ Design decisions:
 - Visibility is decided per hop, in one query per node type: a hidden node is dropped and
   the walk does not continue through it, so lineage cannot be used to peek into a project.
   Code nodes belong to no project; they are reached only through a visible run.
+- Lineage outlives retention: deleting an artifact (`bury`) keeps its edges and writes a
+  tombstone (name, kind, digest, size, project, when and why), and the walk shows the
+  tombstone in the artifact's place, listed in `LineageGraph.deleted`, so a run that
+  consumed a deleted checkpoint still shows what it consumed and that retention deleted it.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, insert, literal, select
 
 from mlinfra_lab.tracking import schema as S
-from mlinfra_lab.tracking.errors import TrackingError
+from mlinfra_lab.tracking.access import Level, effective_level
+from mlinfra_lab.tracking.errors import NotFoundOrDenied, TrackingError
 
-__all__ = ["LineageGraph", "node_id", "walk"]
+__all__ = ["LineageGraph", "bury", "node_id", "require_visible", "walk"]
 
 KINDS = ("dataset", "run", "artifact", "code")
 
@@ -56,6 +62,7 @@ class LineageGraph:
     direction: str
     nodes: dict[str, str] = field(default_factory=dict)  # node id -> human label
     edges: list[tuple[str, str, str]] = field(default_factory=list)  # (src, dst, relation)
+    deleted: dict[str, str] = field(default_factory=dict)  # tombstoned node -> "deleted by retention at ..."
 
     def of_kind(self, kind: str) -> list[str]:
         return [n for n in self.nodes if n.startswith(kind + ":")]
@@ -66,14 +73,15 @@ class LineageGraph:
 
         g = nx.DiGraph()
         for n, label in self.nodes.items():
-            g.add_node(n, label=label, kind=n.split(":", 1)[0])
+            g.add_node(n, label=label, kind=n.split(":", 1)[0], deleted=n in self.deleted)
         for s, d, rel in self.edges:
             g.add_edge(s, d, relation=rel)
         return g
 
 
-def node_projects(conn: Connection, nodes: Iterable[str]) -> dict[str, tuple[int | None, str]]:
-    """node -> (project id or None for code, label), for the nodes that exist."""
+def node_projects(conn: Connection, nodes: Iterable[str],
+                  with_tombstones: bool = True) -> dict[str, tuple[int | None, str]]:  # fmt: skip
+    """node -> (project id or None for code, label), for the nodes that exist (or, deleted, left a tombstone)."""
     by_kind: dict[str, list[int]] = {"dataset": [], "run": [], "artifact": []}
     out: dict[str, tuple[int | None, str]] = {}
     for n in nodes:
@@ -97,7 +105,48 @@ def node_projects(conn: Connection, nodes: Iterable[str]) -> dict[str, tuple[int
         q = select(a.c.id, r_.c.project_id, a.c.name).join(r_, r_.c.id == a.c.run_id)
         for r in conn.execute(q.where(a.c.id.in_(by_kind["artifact"]))):
             out[f"artifact:{r.id}"] = (r.project_id, r.name)
+        gone = [i for i in by_kind["artifact"] if f"artifact:{i}" not in out]
+        if gone and with_tombstones:
+            t = S.tombstones
+            for r in conn.execute(select(t.c.artifact_id, t.c.project_id, t.c.name, t.c.reason)
+                                  .where(t.c.artifact_id.in_(gone))):  # fmt: skip
+                out[f"artifact:{r.artifact_id}"] = (r.project_id, f"{r.name} (deleted by {r.reason})")
     return out
+
+
+def bury(conn: Connection, artifact_ids: list[int], reason: str) -> None:
+    """Write tombstones for the unpinned artifacts among `artifact_ids`, before their rows are deleted."""
+    a, r, t = S.artifacts, S.runs, S.tombstones
+    rows = (select(a.c.id, r.c.project_id, a.c.run_id, a.c.name, a.c.kind, a.c.sha256, a.c.size,
+                   literal(time.time()), literal(reason))
+            .join(r, r.c.id == a.c.run_id).where(a.c.id.in_(artifact_ids), a.c.pinned.is_(False)))  # fmt: skip
+    conn.execute(insert(t).from_select(["artifact_id", "project_id", "run_id", "name", "kind", "sha256", "size",
+                                        "deleted_at", "reason"], rows))  # fmt: skip
+
+
+def _tombstones(conn: Connection, nodes: Iterable[str]) -> dict[str, str]:
+    """node -> "deleted by REASON at DATE" for the tombstoned artifacts among `nodes`."""
+    ids = [int(n.split(":", 1)[1]) for n in nodes if n.startswith("artifact:")]
+    if not ids:
+        return {}
+    t = S.tombstones
+    rows = conn.execute(select(t.c.artifact_id, t.c.reason, t.c.deleted_at).where(t.c.artifact_id.in_(ids)))
+    return {f"artifact:{r.artifact_id}": f"deleted by {r.reason} at "
+            f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(r.deleted_at))} UTC" for r in rows}  # fmt: skip
+
+
+def require_visible(conn: Connection, node: str, user: str, action: str, allow_deleted: bool = True) -> None:
+    """Raise `NotFoundOrDenied` unless `node` exists and `user` may VIEW its project.
+
+    A missing node and an invisible one get the same answer; a code node is visible to
+    anyone (it belongs to no project and only leads to runs the walk checks one by one).
+    """
+    found = node_projects(conn, [node], with_tombstones=allow_deleted).get(node)
+    pid = None if found is None else found[0]
+    if found is None or (pid is not None and effective_level(conn, pid, user) < Level.VIEW):
+        project = None if pid is None else conn.execute(
+            select(S.projects.c.name).where(S.projects.c.id == pid)).scalar()  # fmt: skip
+        raise NotFoundOrDenied(user, node, action, audit_project=project)
 
 
 def walk(
@@ -115,6 +164,7 @@ def walk(
     info = node_projects(conn, [start])
     graph = LineageGraph(start, direction)
     graph.nodes[start] = info[start][1] if start in info else start
+    graph.deleted.update(_tombstones(conn, [start]))
     frontier, seen, hops = [start], {start}, 0
     while frontier and (depth is None or hops < depth):
         rows = conn.execute(select(near, far, e.c.relation).where(near.in_(frontier))).all()
@@ -131,4 +181,5 @@ def walk(
                 graph.nodes[b] = info[b][1]
                 frontier.append(b)
         hops += 1
+    graph.deleted.update(_tombstones(conn, graph.nodes))
     return graph

@@ -39,10 +39,25 @@ Design decisions:
   Hot params (`schema.HOT_PARAMS`) compare the indexed column on `runs` directly.
 - A run without the metric does not match a comparison on it (like SQL NULL), and does
   match its negation with ``not``.
+- Limits, each a `QueryError` pointing at where it was crossed: `MAX_FILTER_CHARS`
+  characters, `MAX_DEPTH` nested parentheses or ``not``s (a deeper filter would exhaust
+  Python's stack), `MAX_CONDITIONS` comparisons (200 ANDed ones took PostgreSQL 25 s),
+  `MAX_IN_VALUES` values in one ``in`` list (PostgreSQL binds at most 65,535 parameters).
+  Every value is checked against its field's type (``id = 'abc'`` is refused here, not by
+  the database), and text that cannot be encoded (lone surrogates) is refused. The store
+  also bounds the time of a search (`reading`).
+
+LIKE, one rule on both backends: case-sensitive; ``%`` matches any run of characters and
+``_`` one character; a backslash makes the next character literal (``\\%`` in the
+pattern, which inside a quoted filter string is written ``\\\\%``). SQLite's LIKE is
+case-insensitive and has no escape character by default, PostgreSQL's is case-sensitive
+with backslash as escape; the store sets SQLite's ``case_sensitive_like`` and passes
+``ESCAPE '\\'`` to both.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -55,7 +70,13 @@ from sqlalchemy import ColumnElement, and_, exists, not_, or_, select
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import QueryError
 
-__all__ = ["Pred", "compile_filter", "compile_order_by", "tokenize"]
+__all__ = ["MAX_CONDITIONS", "MAX_DEPTH", "MAX_FILTER_CHARS", "MAX_IN_VALUES", "Pred", "compile_filter",
+           "compile_order_by", "tokenize"]  # fmt: skip
+
+MAX_FILTER_CHARS = 4000
+MAX_DEPTH = 16  # nested parentheses and nots
+MAX_CONDITIONS = 32  # comparisons in one filter
+MAX_IN_VALUES = 500  # values in one 'in' list
 
 _TOKEN = re.compile(
     r"""(?P<ws>\s+)
@@ -66,7 +87,7 @@ _TOKEN = re.compile(
       | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
       | (?P<op>==|!=|<>|<=|>=|=|<|>)
       | (?P<punct>[(),.])""",
-    re.VERBOSE,
+    re.VERBOSE | re.ASCII,  # digits and spaces are ASCII: float() must accept every number token
 )
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _OPS = {"=": operator.eq, "==": operator.eq, "!=": operator.ne, "<>": operator.ne,
@@ -88,8 +109,18 @@ class Token:
 
 def tokenize(text: str) -> list[Token]:
     """Split `text` into tokens; raise `QueryError` at the first character that fits none."""
+    if not isinstance(text, str):
+        raise QueryError(f"a filter is a string, not {type(text).__name__}", repr(text)[:80], 0)
+    if len(text) > MAX_FILTER_CHARS:
+        raise QueryError(f"filter longer than {MAX_FILTER_CHARS} characters; split the search", text[:80] + "...",
+                         MAX_FILTER_CHARS if len(text) <= 80 else 80)  # fmt: skip
     if "\x00" in text:
         raise QueryError("NUL byte in filter", text.replace("\x00", "?"), text.index("\x00"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise QueryError("character that cannot be encoded (a lone surrogate)",
+                         text.encode("utf-8", "replace").decode(), err.start) from None  # fmt: skip
     tokens, pos = [], 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
@@ -116,6 +147,7 @@ class _Parser:
         self.text, self.now = text, now
         self.toks, self.i = tokenize(text), 0
         self.preds: dict[int, Pred] = {}  # id(IN-form expression) -> its predicate
+        self.depth = self.conditions = 0
 
     # -- token helpers -------------------------------------------------------------
     @property
@@ -164,14 +196,24 @@ class _Parser:
         return parts
 
     def unary(self) -> ColumnElement[bool]:
+        tok = self.tok
         if self.keyword("not"):
-            return not_(self.unary())
+            return not_(self.nested(tok, self.unary))
         if self.punct("("):
-            inner = self.expr()
+            inner = self.nested(tok, self.expr)
             if not self.punct(")"):
                 self.error("expected ')'")
             return inner
         return self.comparison()
+
+    def nested(self, tok: Token, parse: Callable[[], ColumnElement[bool]]) -> ColumnElement[bool]:
+        if self.depth >= MAX_DEPTH:
+            self.error(f"more than {MAX_DEPTH} nested parentheses or 'not's; simplify the filter", tok)
+        self.depth += 1
+        try:
+            return parse()
+        finally:
+            self.depth -= 1
 
     def field(self) -> Field:
         tok = self.tok
@@ -225,9 +267,16 @@ class _Parser:
             v = (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
         if f.kind == "attr" and f.key not in _TIME_ATTRS and f.key != "id" and not isinstance(v, str):
             self.error(f"{f.key} is a string: put the value in quotes", tok)
+        if f.kind == "attr" and f.key == "id" and not isinstance(v, float):
+            self.error("id is a number: compare with a number such as 42", tok)
+        if isinstance(v, float) and math.isnan(v):
+            self.error("NaN is not a value to compare with", tok)
         return v
 
     def comparison(self) -> ColumnElement[bool]:
+        self.conditions += 1
+        if self.conditions > MAX_CONDITIONS:
+            self.error(f"more than {MAX_CONDITIONS} comparisons in one filter; narrow it, or use 'in' lists")
         f = self.field()
         negate = self.keyword("not")
         if self.keyword("in"):
@@ -235,6 +284,8 @@ class _Parser:
                 self.error("expected '(' after 'in'")
             values = [self.value(f)]
             while self.punct(","):
+                if len(values) >= MAX_IN_VALUES:
+                    self.error(f"more than {MAX_IN_VALUES} values in one 'in' list; split the search")
                 values.append(self.value(f))
             if not self.punct(")"):
                 self.error("expected ',' or ')' in the list")
@@ -278,13 +329,37 @@ def _and(parts: list[ColumnElement[bool]]) -> ColumnElement[bool]:
     return parts[0] if len(parts) == 1 else and_(*parts)
 
 
+def _like_prefix(pattern: str) -> str:
+    """The literal characters a LIKE pattern starts with (escapes resolved, up to the first wildcard)."""
+    out, i = [], 0
+    while i < len(pattern) and pattern[i] not in "%_":
+        if pattern[i] == "\\":
+            i += 1
+            if i == len(pattern):
+                break
+        out.append(pattern[i])
+        i += 1
+    return "".join(out)
+
+
+def _next_char(ch: str) -> str | None:
+    """The character after `ch` in code-point order, skipping surrogates (None after the last)."""
+    n = ord(ch) + 1
+    if 0xD800 <= n <= 0xDFFF:
+        n = 0xE000
+    return None if n > 0x10FFFF else chr(n)
+
+
 def _like_test(pattern: str):
-    """LIKE, plus a range on the literal prefix so that an index on the value can be used."""
-    prefix = re.split(r"[%_]", pattern, maxsplit=1)[0]
-    if not prefix:
-        return lambda col: col.like(pattern)
-    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    return lambda col: and_(col >= prefix, col < upper, col.like(pattern))
+    """LIKE (case-sensitive, backslash escapes), plus a range on the literal prefix for the index."""
+    if (len(pattern) - len(pattern.rstrip("\\"))) % 2:
+        pattern += "\\"  # a trailing lone backslash means itself
+    prefix = _like_prefix(pattern)
+    upper = _next_char(prefix[-1]) if prefix else None
+    if upper is None:
+        return lambda col: col.like(pattern, escape="\\")
+    upper = prefix[:-1] + upper
+    return lambda col: and_(col >= prefix, col < upper, col.like(pattern, escape="\\"))
 
 
 @dataclass(frozen=True)
@@ -326,7 +401,7 @@ def compile_filter(text: str | None, now: float,
     (probe each candidate run: best when most runs match); the store decides from a capped
     count. Without it every comparison is an IN-subquery. IN-subqueries are placed first.
     """
-    if text is None or not text.strip():
+    if text is None or (isinstance(text, str) and not text.strip()):
         return None
     parser = _Parser(text, now)
     conjuncts = parser.parse()

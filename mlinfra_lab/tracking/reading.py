@@ -14,24 +14,31 @@ Design decisions:
 - The child queries are built once (`functools.cache`) with an expanding bind parameter,
   so a page of runs costs three cached statements.
 - Only indexed metadata tables are read; the artifact store is never touched.
+- A search runs under a time bound (`time_bound`): PostgreSQL's ``statement_timeout``,
+  local to the search's transaction (the server stops the query itself, even when the
+  client has died), and on SQLite a progress handler that interrupts the query. Running
+  out of time, or a value the database refuses (SQLSTATE class 22), is a `QueryError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, bindparam, func, select
+from sqlalchemy import Connection, Select, and_, bindparam, func, select, text
+from sqlalchemy.exc import DBAPIError
 
 from mlinfra_lab.tracking import query
 from mlinfra_lab.tracking import schema as S
-from mlinfra_lab.tracking.errors import TrackingError
+from mlinfra_lab.tracking.db import sqlstate
+from mlinfra_lab.tracking.errors import QueryError, TrackingError
 from mlinfra_lab.tracking.records import RunInfo
 
-__all__ = ["MAX_LIMIT", "PROBE_COST", "explain", "plan_choice", "run_infos", "search_statement"]
+__all__ = ["MAX_LIMIT", "PROBE_COST", "explain", "plan_choice", "run_infos", "search_statement", "time_bound"]
 
 PROBE_COST = 20  # cost of probing one run by primary key / materializing one matching id (measured)
 MAX_LIMIT = 10_000
@@ -47,6 +54,31 @@ def _child_statements() -> dict[str, Any]:
         "metrics": select(m.c.run_id, m.c.key, m.c.value).where(m.c.run_id.in_(ids)),
         "tags": select(t.c.run_id, t.c.key, t.c.value).where(t.c.run_id.in_(ids)),
     }
+
+
+@contextlib.contextmanager
+def time_bound(conn: Connection, seconds: float, filter: str | None) -> Iterator[None]:
+    """Stop the block's queries after `seconds`; raise `QueryError` for a timeout or a refused value."""
+    raw = None
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT set_config('statement_timeout', :ms, true)"), {"ms": str(max(1, int(seconds * 1000)))})
+    else:
+        deadline = time.monotonic() + seconds
+        raw = conn.connection.driver_connection
+        raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)  # ~1% of the VM's time
+    try:
+        yield
+    except DBAPIError as err:
+        state, shown = sqlstate(err), (filter or "")[:200]
+        if state == "57014" or "interrupted" in str(err.orig):
+            raise QueryError(f"search took longer than {seconds:g} s and was stopped; narrow the filter",
+                             shown, 0) from None  # fmt: skip
+        if state and state.startswith("22"):
+            raise QueryError(f"a value in the filter does not fit its field (SQLSTATE {state})", shown, 0) from None
+        raise
+    finally:
+        if raw is not None:
+            raw.set_progress_handler(None, 0)
 
 
 def run_infos(conn: Connection, rows: Sequence, names: dict[int, str]) -> list[RunInfo]:

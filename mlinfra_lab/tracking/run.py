@@ -14,11 +14,17 @@ Design decisions:
 - Until `flush()` returns, buffered points are not durable: a crash loses at most one
   batch. Call `flush()` where that matters (before a checkpoint, say). Using the run as a
   context manager ends it, FAILED if the block raised.
+- A batch is written by `db.transact`: retried when PostgreSQL aborts it (deadlock,
+  serialization failure), its latest values upserted in sorted key order, and the buffer
+  emptied only after the commit, so a failed commit loses no point (`flush` again).
 - The latest-value table is updated with an upsert that only moves forward in steps
   (``ON CONFLICT ... DO UPDATE ... WHERE excluded.step >= step``), so batches from
   out-of-order writers never make `latest_metrics` go back in time.
-- WRITE permission is checked when the run starts and on each artifact upload; a batch
-  flush does not re-check, to keep it to one transaction (revoke + end the run instead).
+- Every write (a metric batch, params, tags, an artifact row, `end`) re-checks WRITE inside
+  its own transaction, on the project read from the database for this run id
+  (`access.require_run`), not on the handle's `project`: a handle built by hand for
+  another project's run is refused, and so is an open run after its WRITE was revoked.
+  The check costs two indexed reads per batch.
 """
 
 from __future__ import annotations
@@ -30,10 +36,11 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from sqlalchemy import update
 
+from mlinfra_lab.tracking import access, writing
 from mlinfra_lab.tracking import schema as S
-from mlinfra_lab.tracking import writing
+from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.artifacts import check_name
-from mlinfra_lab.tracking.db import write_tx
+from mlinfra_lab.tracking.audit import audited_transact
 from mlinfra_lab.tracking.errors import TrackingError
 
 if TYPE_CHECKING:
@@ -95,17 +102,33 @@ class Run:
             self.flush()
 
     def flush(self) -> int:
-        """Write the buffered points in one transaction; return how many were written."""
-        if not self._buffer:
-            return 0
-        with write_tx(self.store.engine) as conn:
-            return self._write_batch(conn)
+        """Write the buffered points in one transaction; return how many were written.
 
-    def _write_batch(self, conn) -> int:  # noqa: ANN001 (a Connection in a write transaction)
-        """Insert the buffer into the history and upsert the latest value per key."""
+        The buffer is emptied only once that transaction has committed: a failed commit
+        (or a refusal) leaves every point buffered for the next `flush`.
+        """
         if not self._buffer:
             return 0
-        rows, self._buffer = self._buffer, []
+        rows = list(self._buffer)
+
+        def write(conn) -> None:  # noqa: ANN001 (may run again if PostgreSQL aborts the first try)
+            access.require_run(conn, self.id, self.user, Level.WRITE, "log metrics")
+            self._write_rows(conn, rows)
+
+        audited_transact(self.store.engine, write, f"logging metrics of run {self.id}")
+        return self._written(rows)
+
+    def _written(self, rows: list[dict[str, Any]]) -> int:
+        """Drop `rows` (the head of the buffer, now committed) from the buffer."""
+        del self._buffer[: len(rows)]
+        self.flushes += bool(rows)
+        return len(rows)
+
+    @staticmethod
+    def _write_rows(conn, rows: list[dict[str, Any]]) -> None:  # noqa: ANN001 (a Connection in a write tx)
+        """Insert `rows` into the history and upsert the latest value per key, keys in sorted order."""
+        if not rows:
+            return
         latest: dict[str, dict[str, Any]] = {}
         for r in rows:
             best = latest.get(r["key"])
@@ -113,26 +136,28 @@ class Run:
                 latest[r["key"]] = r
         upsert = writing.upsert(conn.dialect.name, S.latest_metrics, ("run_id", "key"), ("step", "value"),
                                 guard_step=True)  # fmt: skip
-        try:
-            conn.execute(S.metrics.insert(), rows)
-            conn.execute(upsert, [{k: r[k] for k in ("run_id", "key", "step", "value")}
-                                  for r in latest.values()])  # fmt: skip
-        except BaseException:
-            self._buffer = rows + self._buffer  # the transaction rolls back: keep them for a retry
-            raise
-        self.flushes += 1
-        return len(rows)
+        conn.execute(S.metrics.insert(), rows)
+        conn.execute(upsert, [{k: latest[key][k] for k in ("run_id", "key", "step", "value")}
+                              for key in sorted(latest)])  # fmt: skip
 
     # -- params and tags -----------------------------------------------------------
     def log_params(self, params: dict[str, Any]) -> None:
         self._check_open()
-        with write_tx(self.store.engine) as conn:
+
+        def write(conn) -> None:  # noqa: ANN001
+            access.require_run(conn, self.id, self.user, Level.WRITE, "log params")
             writing.write_params(conn, self.id, params)
+
+        audited_transact(self.store.engine, write, f"logging params of run {self.id}")
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._check_open()
-        with write_tx(self.store.engine) as conn:
+
+        def write(conn) -> None:  # noqa: ANN001
+            access.require_run(conn, self.id, self.user, Level.WRITE, "set tags")
             writing.write_tags(conn, self.id, tags)
+
+        audited_transact(self.store.engine, write, f"setting tags of run {self.id}")
 
     # -- artifacts -----------------------------------------------------------------
     def log_artifact(self, source: bytes | str | os.PathLike | BinaryIO, name: str,
@@ -153,8 +178,14 @@ class Run:
         if status not in RUN_STATUSES[1:]:
             raise TrackingError(f"end status must be one of {RUN_STATUSES[1:]}, got {status!r}")
         self._check_open()
-        with write_tx(self.store.engine) as conn:  # last batch and status: one transaction
-            self._write_batch(conn)
+        rows = list(self._buffer)
+
+        def write(conn) -> None:  # noqa: ANN001 (last batch and status: one transaction)
+            access.require_run(conn, self.id, self.user, Level.WRITE, "end runs")
+            self._write_rows(conn, rows)
             conn.execute(update(S.runs).where(S.runs.c.id == self.id)
                          .values(status=status, ended_at=time.time()))  # fmt: skip
+
+        audited_transact(self.store.engine, write, f"ending run {self.id}")
+        self._written(rows)
         self.ended = True

@@ -37,11 +37,13 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 
 __all__ = ["HOT_PARAMS", "metadata"] + [
     "projects", "principals", "team_members", "grants", "runs", "params", "metrics",
-    "latest_metrics", "tags", "datasets", "artifacts", "lineage_edges", "audit_log",
+    "latest_metrics", "tags", "datasets", "artifacts", "lineage_edges", "audit_log", "pending_uploads",
+    "tombstones",
 ]  # fmt: skip
 
 # Params searched often enough to deserve a typed, indexed column on `runs`.
@@ -71,6 +73,8 @@ principals = Table(
     Column("id", Integer, primary_key=True),
     Column("name", String(200), nullable=False, unique=True),
     Column("kind", String(10), nullable=False),  # "user" | "team"
+    # may run store-wide operations (gc, counts, teams); the first user always may (migration 0003)
+    Column("store_admin", Boolean, nullable=False, server_default=false()),
 )
 
 team_members = Table(
@@ -179,6 +183,33 @@ artifacts = Table(
     Column("created_at", Float, nullable=False),
     Index(None, "run_id", "kind"),
     Index(None, "uri"),
+)
+
+# A blob an upload is about to publish, recorded (and committed) before the blob is moved into
+# place and deleted in the transaction that inserts its artifact row: the collector never
+# deletes a blob with a fresh record (see `uploads`).
+pending_uploads = Table(
+    "pending_uploads",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("uri", Text, nullable=False),
+    Column("started_at", Float, nullable=False),
+    Index(None, "uri"),
+)
+
+# What a deleted artifact was: its lineage edges stay, and lineage shows this in its place.
+tombstones = Table(
+    "tombstones",
+    metadata,
+    Column("artifact_id", Integer, primary_key=True),
+    Column("project_id", Integer, ForeignKey("projects.id", ondelete="CASCADE"), nullable=False),
+    Column("run_id", Integer, nullable=False),
+    Column("name", String(500), nullable=False),
+    Column("kind", String(50), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("deleted_at", Float, nullable=False),
+    Column("reason", String(50), nullable=False),  # "retention"
 )
 
 lineage_edges = Table(

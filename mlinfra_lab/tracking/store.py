@@ -18,30 +18,28 @@ Design decisions:
   when `cache_dir` is given, and every read is verified against its sha256.
 - The facade checks access and opens transactions; the SQL of each concept lives in its own
   module: schema, db, query and reading (search), writing (params, tags, upserts), access,
-  lineage, retention and maintenance, cache, artifacts, run, records.
+  audit, lineage, retention and maintenance, cache, artifacts, run, records.
 """
 
 from __future__ import annotations
 
 import contextlib
 import getpass
-import hashlib
-import io
 import os
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-from sqlalchemy import Connection, Select, delete, func, select, update
+from sqlalchemy import Connection, Select, func, select, update
 
-from mlinfra_lab.tracking import access, lineage, maintenance, reading, writing
+from mlinfra_lab.tracking import access, audit, lineage, maintenance, reading, uploads, writing
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level
-from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
+from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url, verified_copy
 from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
-from mlinfra_lab.tracking.db import make_engine, migrate, write_tx
-from mlinfra_lab.tracking.errors import IntegrityError, NotFound, PermissionDenied, TrackingError
+from mlinfra_lab.tracking.db import database_errors, make_engine, migrate, write_tx
+from mlinfra_lab.tracking.errors import TrackingError
 from mlinfra_lab.tracking.records import ArtifactInfo, DatasetRef, GcReport, RunInfo
 from mlinfra_lab.tracking.retention import (
     ArtifactRecord,
@@ -60,7 +58,8 @@ class TrackingStore:
     def __init__(self, db_url: str = "sqlite:///mlinfra-tracking.db",
                  artifact_root: str = "mlinfra-artifacts", cache_dir: str | os.PathLike | None = None,
                  cache_bytes: int = 1 << 30, default_user: str | None = None,
-                 batch_size: int = 1000, migrate_schema: bool = True):  # fmt: skip
+                 batch_size: int = 1000, migrate_schema: bool = True,
+                 search_timeout_s: float = 10.0):  # fmt: skip
         self.db_url, self.artifact_root = db_url, to_url(artifact_root)
         self.engine = make_engine(db_url)
         if migrate_schema:
@@ -69,6 +68,7 @@ class TrackingStore:
         self.cache = ArtifactCache(cache_dir, cache_bytes) if cache_dir is not None else None
         self.default_user = default_user or os.environ.get("MLINFRA_USER") or getpass.getuser()
         self.batch_size = batch_size
+        self.search_timeout_s = search_timeout_s  # a search running longer is stopped (QueryError)
         self.uncached_reads = 0
         self._known_projects: set[str] = set()
 
@@ -90,39 +90,24 @@ class TrackingStore:
 
     def _audit(self, user: str, action: str, project: str | None, target: str | None,
                allowed: bool, conn: Connection | None = None) -> None:  # fmt: skip
-        row = dict(at=time.time(), principal=user, action=action, project=project,
-                   target=None if target is None else str(target)[:200], allowed=allowed)  # fmt: skip
         if conn is not None:
-            conn.execute(S.audit_log.insert().values(**row))
+            audit.record(conn, user, action, project, target, allowed)
         else:
             with write_tx(self.engine) as c:
-                c.execute(S.audit_log.insert().values(**row))
+                audit.record(c, user, action, project, target, allowed)
+
+    def _write(self, what: str = "writing") -> contextlib.AbstractContextManager[Connection]:
+        """A write transaction; a denial inside it is audited after the rollback."""
+        return audit.audited_write(self.engine, what)
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[Connection]:
-        """A write transaction; a denial inside it is audited after the rollback."""
-        try:
-            with write_tx(self.engine) as conn:
-                yield conn
-        except PermissionDenied as err:
-            self._audit(err.principal, err.action, err.project, None, False)
-            raise
+    def _read(self, what: str = "reading") -> Iterator[Connection]:
+        """A connection for reading; a denial inside it is audited, a driver error wrapped."""
+        with audit.denials_audited(self.engine), database_errors(what), self.engine.connect() as conn:
+            yield conn
 
-    def _require(self, conn: Connection, project: str, user: str, level: Level, action: str,
-                 target: Any = None) -> int:  # fmt: skip
-        try:
-            return access.require(conn, project, user, level, action)
-        except PermissionDenied:
-            if not conn.get_execution_options().get("mlinfra_write"):  # else _write audits it
-                self._audit(user, action, project, target, False)
-            raise
-
-    def _project_of_run(self, conn: Connection, run_id: int) -> str:
-        name = conn.execute(select(S.projects.c.name).join(S.runs, S.runs.c.project_id == S.projects.c.id)
-                            .where(S.runs.c.id == run_id)).scalar()  # fmt: skip
-        if name is None:
-            raise NotFound(f"no run with id {run_id}")
-        return name
+    def _require(self, conn: Connection, project: str, user: str, level: Level, action: str) -> int:
+        return access.require(conn, project, user, level, action)
 
     # -- projects, teams, grants ---------------------------------------------------
     def create_project(self, name: str, user: str | None = None) -> int:
@@ -143,39 +128,45 @@ class TrackingStore:
         return pid
 
     def add_to_team(self, team: str, member: str, user: str | None = None) -> None:
-        """Add `member` to `team`; a new team is created with `user` as its first member."""
+        """Add user `member` to `team` (created if new); needs store ADMIN (see `access`)."""
         user = self._user(user)
         with self._write() as conn:
-            tid = conn.execute(select(S.principals.c.id).where(S.principals.c.name == team)).scalar()
-            uid = access.ensure_principal(conn, user)
-            tm = S.team_members
-            if tid is None:
-                tid = access.ensure_principal(conn, team, "team")
-                conn.execute(tm.insert().values(team_id=tid, user_id=uid))
-            if conn.execute(select(tm.c.team_id).where(tm.c.team_id == tid, tm.c.user_id == uid)).first() is None:
-                raise PermissionDenied(user, f"team:{team}", "team membership", "add members to the team")
-            mid = access.ensure_principal(conn, member)
-            if conn.execute(select(tm.c.team_id).where(tm.c.team_id == tid, tm.c.user_id == mid)).first() is None:
-                conn.execute(tm.insert().values(team_id=tid, user_id=mid))
-            self._audit(user, "add_to_team", None, f"{team}+{member}", True, conn)
+            access.add_member(conn, team, member, user)
+            self._audit(user, "add_to_team", None, f"team:{team}+{member}", True, conn)
 
-    def grant(self, project: str, principal: str, level: Level | str, user: str | None = None) -> None:
-        """Give `principal` (a user or a team) `level` on `project` (NONE revokes); needs ADMIN."""
+    def grant(self, project: str, principal: str, level: Level | str, user: str | None = None,
+              kind: str | None = None) -> None:  # fmt: skip
+        """Give `principal` `level` on `project` (NONE revokes); needs ADMIN.
+
+        `principal` is an existing user or team, or a new name, which becomes a user (never a
+        team); ``kind="user"`` or ``"team"`` refuses a name of the other kind, and
+        ``kind="team"`` an unknown one. See `access` on name squatting.
+        """
         user, level = self._user(user), Level.parse(level)
         with self._write() as conn:
-            pid = self._require(conn, project, user, Level.ADMIN, "grant access", principal)
-            row = conn.execute(select(S.principals.c.id).where(S.principals.c.name == principal)).scalar()
-            prid = row if row is not None else access.ensure_principal(conn, principal)
-            conn.execute(delete(S.grants).where(S.grants.c.project_id == pid, S.grants.c.principal_id == prid))
-            if level > Level.NONE:
-                conn.execute(S.grants.insert().values(project_id=pid, principal_id=prid, level=int(level)))
+            pid = self._require(conn, project, user, Level.ADMIN, "grant access")
+            access.set_grant(conn, pid, principal, level, kind)
             self._audit(user, f"grant {level.name}", project, principal, True, conn)
 
-    def level(self, project: str, user: str | None = None) -> Level:
-        """The caller's effective level on `project` (NONE when none or no such project)."""
-        with self.engine.connect() as conn:
+    def set_store_admin(self, principal: str, admin: bool = True, user: str | None = None) -> None:
+        """Make user `principal` a store ADMIN (gc, counts, teams) or not; needs store ADMIN."""
+        user = self._user(user)
+        with self._write() as conn:
+            access.set_store_admin(conn, principal, admin, user)
+            self._audit(user, f"store admin {admin}", None, principal, True, conn)
+
+    def level(self, project: str, user: str | None = None, principal: str | None = None) -> Level:
+        """The effective level of the caller (or of `principal`) on `project`; NONE if none or no project.
+
+        Your own level needs no grant (it is NONE where you have none, whether the project
+        exists or not); asking about another principal needs ADMIN on the project.
+        """
+        user = self._user(user)
+        with self._read() as conn:
+            if principal is not None and principal != user:
+                self._require(conn, project, user, Level.ADMIN, f"see the level of {principal}")
             pid = conn.execute(select(S.projects.c.id).where(S.projects.c.name == project)).scalar()
-            return Level.NONE if pid is None else access.effective_level(conn, pid, self._user(user))
+            return Level.NONE if pid is None else access.effective_level(conn, pid, principal or user)
 
     # -- datasets and runs ---------------------------------------------------------
     def register_dataset(self, project: str, name: str, version: str, uri: str,
@@ -184,7 +175,7 @@ class TrackingStore:
         user = self._user(user)
         d = S.datasets
         with self._write() as conn:
-            pid = self._require(conn, project, user, Level.WRITE, "register datasets", name)
+            pid = self._require(conn, project, user, Level.WRITE, "register datasets")
             row = conn.execute(select(d).where(d.c.project_id == pid, d.c.name == name, d.c.version == version)).first()
             if row is None:
                 did = conn.execute(d.insert().values(project_id=pid, name=name, version=version, uri=uri,
@@ -213,13 +204,8 @@ class TrackingStore:
         name = name or f"run-{uuid.uuid4().hex[:8]}"
         with self._write() as conn:
             pid = self._require(conn, project, user, Level.WRITE, "start runs")
-            if nodes:
-                found = lineage.node_projects(conn, nodes)
-                for n, (ipid, _) in found.items():
-                    if ipid is not None and access.effective_level(conn, ipid, user) < Level.VIEW:
-                        raise PermissionDenied(user, f"project {ipid}", "VIEW", f"use {n} as an input")
-                if set(nodes) - set(found):
-                    raise NotFound(f"inputs not found: {sorted(set(nodes) - set(found))}")
+            for n in nodes:  # each input must exist and be visible: one answer for both
+                lineage.require_visible(conn, n, user, "use it as an input", allow_deleted=False)
             created = time.time() if start_time is None else float(start_time)
             hot = {col: writing.number(params[k]) for k, col in S.HOT_PARAMS.items() if k in params}
             run_id = conn.execute(S.runs.insert().values(
@@ -235,31 +221,22 @@ class TrackingStore:
         return Run(self, run_id, project, name, user, self.batch_size)
 
     def _log_artifact(self, run: Run, source, name: str, kind: str, step, pinned: bool) -> ArtifactInfo:
-        with self.engine.connect() as conn:
-            self._require(conn, run.project, run.user, Level.WRITE, "log artifacts", name)
-        put = self.blobs.put(source)  # blob first: a failure here leaves no row
-        with self._write() as conn:
-            aid = conn.execute(S.artifacts.insert().values(
-                run_id=run.id, name=name, kind=kind, step=step, uri=put.uri, sha256=put.sha256,
-                size=put.size, tier="hot", pinned=pinned, created_at=time.time())).inserted_primary_key[0]  # fmt: skip
-            conn.execute(S.lineage_edges.insert().values(src=run.node, dst=f"artifact:{aid}", relation="produced"))
-        return ArtifactInfo(aid, run.id, name, kind, step, put.sha256, put.size, "hot", pinned, put.uri)
+        return uploads.log_artifact(self.engine, self.blobs, run, source, name, kind, step, pinned)
 
     # -- reading metadata (the SQL is in `reading`) -------------------------------
     def get_run(self, run_id: int, user: str | None = None) -> RunInfo:
         """A run's metadata with its params, latest metrics and tags; needs VIEW."""
         user = self._user(user)
-        with self.engine.connect() as conn:
-            project = self._project_of_run(conn, run_id)
-            pid = self._require(conn, project, user, Level.VIEW, "view runs", f"run:{run_id}")
+        with self._read() as conn:
+            found = access.require_run(conn, run_id, user, Level.VIEW, "view runs")
             rows = conn.execute(select(S.runs).where(S.runs.c.id == run_id)).all()
-            return reading.run_infos(conn, rows, {pid: project})[0]
+            return reading.run_infos(conn, rows, {found.project_id: found.project})[0]
 
     def metric_history(self, run_id: int, key: str, user: str | None = None) -> list[tuple[int, float]]:
         """Every (step, value) point of one metric of one run, by step; needs VIEW."""
         user, m = self._user(user), S.metrics
-        with self.engine.connect() as conn:
-            self._require(conn, self._project_of_run(conn, run_id), user, Level.VIEW, "view metrics", f"run:{run_id}")
+        with self._read() as conn:
+            access.require_run(conn, run_id, user, Level.VIEW, "view metrics")
             q = select(m.c.step, m.c.value).where(m.c.run_id == run_id, m.c.key == key).order_by(m.c.step)
             return [(r[0], r[1]) for r in conn.execute(q)]
 
@@ -272,9 +249,11 @@ class TrackingStore:
         Answered from the indexed tables only; the artifact store is never touched.
         """
         user = self._user(user)
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             stmt, names = self._search(conn, project, filter, order_by, limit, user)
-            return reading.run_infos(conn, conn.execute(stmt).all(), names)
+            with reading.time_bound(conn, self.search_timeout_s, filter):
+                rows = conn.execute(stmt).all()
+            return reading.run_infos(conn, rows, names)
 
     def _search(self, conn: Connection, project: str | Sequence[str] | None, filter: str | None,
                 order_by: str | None, limit: int, user: str) -> tuple[Select, dict[int, str]]:  # fmt: skip
@@ -285,13 +264,14 @@ class TrackingStore:
             projects = [project] if isinstance(project, str) else list(project)
             pids = [self._require(conn, p, user, Level.VIEW, "search runs") for p in projects]
         names = dict(conn.execute(select(S.projects.c.id, S.projects.c.name).where(S.projects.c.id.in_(pids))).all())
-        return reading.search_statement(conn, pids, filter, order_by, limit), names
+        with reading.time_bound(conn, self.search_timeout_s, filter):  # the planner's counts run here
+            return reading.search_statement(conn, pids, filter, order_by, limit), names
 
     def explain_search(self, project: str, filter: str | None = None, order_by: str | None = None,
                        user: str | None = None) -> list[str]:  # fmt: skip
         """The database's query plan for a search (EXPLAIN QUERY PLAN / EXPLAIN), one line per step."""
         user = self._user(user)
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             stmt, _ = self._search(conn, project, filter, order_by, 100, user)
             return reading.explain(conn, stmt)
 
@@ -299,42 +279,32 @@ class TrackingStore:
     def list_artifacts(self, run_id: int, user: str | None = None) -> list[ArtifactInfo]:
         """A run's artifacts; needs VIEW, and the URIs are shown only with READ_ARTIFACTS."""
         user, a = self._user(user), S.artifacts
-        with self.engine.connect() as conn:
-            project = self._project_of_run(conn, run_id)
-            pid = self._require(conn, project, user, Level.VIEW, "list artifacts", f"run:{run_id}")
-            can_read = access.effective_level(conn, pid, user) >= Level.READ_ARTIFACTS
+        with self._read() as conn:
+            found = access.require_run(conn, run_id, user, Level.VIEW, "list artifacts")
+            can_read = access.effective_level(conn, found.project_id, user) >= Level.READ_ARTIFACTS
             rows = conn.execute(select(a).where(a.c.run_id == run_id).order_by(a.c.id)).all()
         return [ArtifactInfo(r.id, r.run_id, r.name, r.kind, r.step, r.sha256, r.size, r.tier, r.pinned,
                              r.uri if can_read else None) for r in rows]  # fmt: skip
 
     def open_artifact(self, artifact_id: int, user: str | None = None) -> BinaryIO:
-        """A binary stream of the artifact's verified bytes; needs READ_ARTIFACTS.
+        """An open binary file of the artifact's verified bytes; needs READ_ARTIFACTS.
 
-        Reads through the LRU disk cache when the store has one. Raises `IntegrityError`
+        Reads through the LRU disk cache when the store has one, else into an unnamed
+        temporary file; either way in chunks, never the whole blob in memory. Raises `IntegrityError`
         when the bytes do not hash to the sha256 recorded at upload.
         """
-        user, a = self._user(user), S.artifacts
-        with self.engine.connect() as conn:
-            row = conn.execute(select(a.c.uri, a.c.sha256, a.c.run_id).where(a.c.id == artifact_id)).first()
-            if row is None:
-                raise NotFound(f"no artifact with id {artifact_id}")
-            project = self._project_of_run(conn, row.run_id)
-            self._require(conn, project, user, Level.READ_ARTIFACTS, "download artifacts", f"artifact:{artifact_id}")
-        self._audit(user, "download", project, f"artifact:{artifact_id}", True)
-        if self.cache is None:
+        user = self._user(user)
+        with self._read() as conn:
+            row = access.require_artifact(conn, artifact_id, user, Level.READ_ARTIFACTS, "download artifacts")
+        self._audit(user, "download", row.project, f"artifact:{artifact_id}", True)
+        if self.cache is None:  # a verified copy in an unnamed temporary file: never the whole blob in memory
             self.uncached_reads += 1
-            with open_uri(row.uri) as f:
-                data = f.read()
-            actual = hashlib.sha256(data).hexdigest()
-            if actual != row.sha256:
-                raise IntegrityError(artifact_id, row.sha256, actual, f"at {row.uri}")
-            return io.BytesIO(data)
+            return verified_copy(row.uri, row.sha256, artifact_id)
         path = self.cache.get(row.sha256, lambda: open_uri(row.uri), artifact_id)
-        if path.name.startswith(".tmp-"):  # larger than the whole cache: not kept
-            data = path.read_bytes()
+        f = open(path, "rb")  # noqa: SIM115 (the caller closes it)
+        if path.name.startswith(".tmp-"):  # larger than the whole cache: not kept; gone once closed
             path.unlink()
-            return io.BytesIO(data)
-        return open(path, "rb")
+        return f
 
     def read_artifact(self, artifact_id: int, user: str | None = None) -> bytes:
         with self.open_artifact(artifact_id, user) as f:
@@ -344,10 +314,7 @@ class TrackingStore:
         """Pin (promote) an artifact so retention never touches it; needs WRITE."""
         user, a = self._user(user), S.artifacts
         with self._write() as conn:
-            run_id = conn.execute(select(a.c.run_id).where(a.c.id == artifact_id)).scalar()
-            if run_id is None:
-                raise NotFound(f"no artifact with id {artifact_id}")
-            self._require(conn, self._project_of_run(conn, run_id), user, Level.WRITE, "pin artifacts")
+            access.require_artifact(conn, artifact_id, user, Level.WRITE, "pin artifacts")
             conn.execute(update(a).where(a.c.id == artifact_id).values(pinned=pinned))
 
     def cache_stats(self) -> CacheStats | None:
@@ -363,14 +330,8 @@ class TrackingStore:
         """
         user = self._user(user)
         start = node if isinstance(node, str) else node.node
-        with self.engine.connect() as conn:
-            info = lineage.node_projects(conn, [start])
-            if start not in info:
-                raise NotFound(f"no lineage node {start}")
-            pid = info[start][0]
-            if pid is not None:
-                name = conn.execute(select(S.projects.c.name).where(S.projects.c.id == pid)).scalar()
-                self._require(conn, name, user, Level.VIEW, "view lineage", start)
+        with self._read() as conn:
+            lineage.require_visible(conn, start, user, "view lineage")
             levels: dict[int, bool] = {}
 
             def visible(p: int) -> bool:
@@ -397,29 +358,39 @@ class TrackingStore:
         """
         user = self._user(user)
         now = time.time() if now is None else now
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             pids = access.visible_project_ids(conn, user, Level.ADMIN)
             plan = plan_retention(policy, self._artifact_records(conn, pids), now)
         return plan if dry_run else maintenance.execute_plan(self, plan, user)
 
     def gc(self, grace_seconds: float = 3600.0, dry_run: bool = False, extra_roots: Sequence[str] = (),
-           user: str | None = None) -> GcReport:  # fmt: skip
+           user: str | None = None, stale_upload_seconds: float = 3600.0) -> GcReport:  # fmt: skip
         """Delete blobs that no artifact row references and that are older than the grace period.
 
-        Needs ADMIN on every project (blobs are shared across projects by de-duplication).
-        The grace period protects uploads in flight: their blob exists before their row.
+        Needs store ADMIN (blobs are shared across projects by de-duplication). Uploads in
+        flight are safe at any grace period (`uploads`); pending-upload records and partial
+        uploads in ``tmp/`` older than `stale_upload_seconds` (dead writers) are removed.
         """
-        return maintenance.collect_garbage(self, grace_seconds, dry_run, extra_roots, self._user(user))
+        return maintenance.collect_garbage(self, grace_seconds, dry_run, extra_roots, self._user(user),
+                                           stale_upload_seconds)  # fmt: skip
 
-    def audit_log(self, project: str, limit: int = 100, user: str | None = None) -> list[dict]:
-        """The latest audit records of `project`; needs ADMIN."""
+    def audit_log(self, project: str | None, limit: int = 100, user: str | None = None) -> list[dict]:
+        """The latest audit records of `project` (needs ADMIN), or with None the store-wide ones
+        (gc, counts, teams; needs store ADMIN)."""
         user, t = self._user(user), S.audit_log
-        with self.engine.connect() as conn:
-            self._require(conn, project, user, Level.ADMIN, "read the audit log")
-            rows = conn.execute(select(t).where(t.c.project == project).order_by(t.c.id.desc()).limit(limit))
+        with self._read() as conn:
+            if project is None:
+                access.require_store_admin(conn, user, "read the store's audit log")
+            else:
+                self._require(conn, project, user, Level.ADMIN, "read the audit log")
+            where = t.c.project.is_(None) if project is None else t.c.project == project
+            rows = conn.execute(select(t).where(where).order_by(t.c.id.desc()).limit(limit))
             return [dict(r._mapping) for r in rows]
 
-    def count(self, table: str) -> int:
-        """Row count of one schema table (for measurements and tests; no access check on counts)."""
-        with self.engine.connect() as conn:
+    def count(self, table: str, user: str | None = None) -> int:
+        """Row count of one schema table, over every project: needs store ADMIN (as `gc`)."""
+        if table not in S.metadata.tables:
+            raise TrackingError(f"no table {table!r}; use one of {', '.join(sorted(S.metadata.tables))}")
+        with self._read() as conn:
+            access.require_store_admin(conn, self._user(user), f"count rows of {table}")
             return conn.execute(select(func.count()).select_from(S.metadata.tables[table])).scalar()
