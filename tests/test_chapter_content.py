@@ -4,7 +4,10 @@ Contract: each notebook `book/0*.ipynb` opens with a "Learning objectives" and a
 "Prerequisites" admonition right after its title, links to its lab, and closes with the
 sections Summary, Exercises (3 to 5 numbered items) and References (citations of
 `book/references.bib`); it uses at least three terms of `book/glossary.md`; no markdown cell
-types a measured figure by hand; and every external link is an https URL.
+types a measured figure by hand; and every external link is an https URL. Each lab page
+(`book/labs/`, the student edition) links back, in its introduction, to its chapter and to
+the chapter sections it uses, by labels that exist; the intro says how the labs build on
+each other and marks Lab 1's kernel exercise as a stretch.
 
 Design decisions:
 - The checks read the notebooks' sources, so they run in milliseconds and need no build;
@@ -30,6 +33,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 CHAPTERS = sorted(BOOK.glob("0*.ipynb"))
+LAB_PAGES = sorted((BOOK / "labs").glob("0*.ipynb"))
 MARKS = {"01": pytest.mark.attention, "02": pytest.mark.scaling, "03": pytest.mark.ci,
          "04": pytest.mark.tracking, "05": pytest.mark.staleness}
 
@@ -206,3 +210,43 @@ def test_external_links_are_https_and_not_placeholders() -> None:
     bad = [f"{where}: {url}" for where, url in links
            if not url.startswith("https://") or PLACEHOLDER.search(url)]
     assert not bad, "external links must be https and real:\n" + "\n".join(bad)
+
+
+def _labels() -> set[str]:
+    """Every MyST target `(label)=` of the chapters."""
+    text = "\n".join("\n".join(_markdown_cells(p)) for p in CHAPTERS)
+    return set(re.findall(r"^\(([\w-]+)\)=\s*$", text, flags=re.MULTILINE))
+
+
+def _ref_targets(text: str) -> list[str]:
+    """The labels of `{ref}` roles: {ref}`label` and {ref}`text <label>`."""
+    return [m.group(2) or m.group(1)
+            for m in re.finditer(r"\{ref\}`([^`<]*?)\s*(?:<([^`>]+)>)?`", text)]
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in LAB_PAGES])
+def test_lab_intro_links_back_to_its_chapter_sections(path: Path) -> None:
+    cells = _markdown_cells(path)
+    chapter = "1" if path.name[:2] in ("00", "01") else str(int(path.name[:2]))
+    intro = _ref_targets(cells[0])
+    assert any(t.startswith(f"ch{chapter}-") for t in intro), (
+        f"{path.name}: its first cell should link the chapter {chapter} sections it uses with "
+        f"{{ref}}`text <ch{chapter}-...>` roles; found {intro}")
+    chapter_file = next(p.name for p in CHAPTERS if p.name.startswith(f"0{chapter}_"))
+    assert f"](../{chapter_file})" in cells[0], f"{path.name}: link [Chapter {chapter}](../{chapter_file})"
+    unknown = sorted(set(_ref_targets("\n".join(cells))) - _labels())
+    assert not unknown, f"{path.name}: {{ref}} roles to labels no chapter defines: {unknown}"
+
+
+@pytest.mark.foundation
+def test_ref_targets_and_the_progression_in_the_intro() -> None:
+    assert _ref_targets("see {ref}`ch1-why-fusion` and {ref}`the softmax <ch1-the-online-softmax>`"
+                        ) == ["ch1-why-fusion", "ch1-the-online-softmax"]
+    assert "ch1-why-fusion" in _labels() and "ch1-no-such-section" not in _labels()
+    intro = (BOOK / "intro.md").read_text()
+    progression = intro.split("(intro-labs-progression)=")[1]
+    for lab in LAB_PAGES:
+        assert f"](labs/{lab.name})" in progression, f"intro.md: the progression table misses {lab.name}"
+    assert "stretch" in progression
+    lab1 = next(p for p in LAB_PAGES if p.name.startswith("01_"))
+    assert any(c.startswith("## Exercise 3 (stretch)") for c in _markdown_cells(lab1))

@@ -9,6 +9,8 @@ The syllabus, in reading order:
 - `flash_attention`: the same algorithm as a Triton kernel, forward and backward;
 - `time_forward_tile`: the forward kernel timed at one tile config you choose (GPU);
 - `bank_conflict_degree`, `tile_addresses`: shared-memory banks, padding and swizzles;
+- `sdpa_backends`: PyTorch's SDPA pinned to each backend with `sdpa_kernel`: the kernel
+  that ran, its time, or why it could not run here;
 - `mlinfra_lab.attention.bench`: timing against PyTorch's SDPA backends (imported on use).
 
 Importing this package imports torch but not triton: the kernel module switches on the
@@ -25,6 +27,7 @@ from mlinfra_lab.attention.reference import (
     online_softmax_trace,
     tiled_attention,
 )
+from mlinfra_lab.attention.sdpa_backends import BACKENDS, BackendTiming, sdpa_backends
 from mlinfra_lab.attention.tiles import (
     TileConfigError,
     TileTiming,
@@ -35,7 +38,9 @@ from mlinfra_lab.attention.tiles import (
 from mlinfra_lab.attention.traffic import attention_flops, hbm_traffic, hbm_traffic_breakdown
 
 __all__ = [
+    "BACKENDS",
     "AttentionInputError",
+    "BackendTiming",
     "OnlineSoftmaxState",
     "TileConfigError",
     "TileTiming",
@@ -51,6 +56,7 @@ __all__ = [
     "naive_attention",
     "online_softmax",
     "online_softmax_trace",
+    "sdpa_backends",
     "time_forward_tile",
     "tile_addresses",
     "tiled_attention",

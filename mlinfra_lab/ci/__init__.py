@@ -2,7 +2,8 @@
 
 The four CI tiers and the module that serves each:
 
-- fast unit tests, seeded: ``seeding`` (``seed_everything``, ``deterministic``) and the
+- fast unit tests, seeded: ``seeding`` (``seed_everything``, ``deterministic``), the units
+  they test (``build_tiny_model``, ``regression_loss``, ``Augment``, ``make_dataset``), and the
   pytest plugin ``pytest_plugin`` (``@pytest.mark.quarantine``, ``--update-references``)
 - environment reproducibility: ``lockfile`` (``check_lockfile``, ``write_lockfile``)
 - small integration training runs: ``train`` (``train_tiny``), ``references``
@@ -58,6 +59,9 @@ from mlinfra_lab.ci.train import (
     Augment,
     TrainConfig,
     TrainResult,
+    build_tiny_model,
+    make_dataset,
+    regression_loss,
     train_tiny,
     train_tiny_final_loss,
 )
@@ -75,6 +79,9 @@ __all__ = [
     "Augment",
     "TrainConfig",
     "TrainResult",
+    "build_tiny_model",
+    "make_dataset",
+    "regression_loss",
     "train_tiny",
     "train_tiny_final_loss",
     # tolerance references and directional checks

@@ -51,7 +51,9 @@ __all__ = [
     "Augment",
     "TrainConfig",
     "TrainResult",
+    "build_tiny_model",
     "make_dataset",
+    "regression_loss",
     "train_tiny",
     "train_tiny_final_loss",
 ]
@@ -138,6 +140,26 @@ def make_dataset(examples: int, features: int) -> tuple[Any, Any]:
     return x, y.astype(np.float32)
 
 
+def build_tiny_model(config: TrainConfig) -> Any:
+    """The MLP train_tiny trains: (B, features) -> (B, 1), with dropout (torch's generator)."""
+    import torch
+
+    return torch.nn.Sequential(
+        torch.nn.Linear(config.features, config.hidden),
+        torch.nn.Tanh(),
+        torch.nn.Dropout(config.dropout),
+        torch.nn.Linear(config.hidden, 1),
+    )
+
+
+def regression_loss(pred: Any, target: Any) -> Any:
+    """The loss train_tiny minimises: the *mean* squared error over the batch (a sum would
+    scale every gradient, and so the learning rate, by the batch size)."""
+    import torch
+
+    return torch.nn.functional.mse_loss(pred, target, reduction="mean")
+
+
 def _augment_seed(config: TrainConfig) -> int | None:
     if config.augment_seed == "derived":
         return derive_seed(config.seed, "augment")
@@ -155,12 +177,7 @@ def _train(config: TrainConfig, on_step: Callable[[int, float], None] | None) ->
             reseed(name, PIN_SEED)
 
     x, y = make_dataset(config.examples, config.features)  # numpy source
-    model = torch.nn.Sequential(  # torch source: init, then dropout masks
-        torch.nn.Linear(config.features, config.hidden),
-        torch.nn.Tanh(),
-        torch.nn.Dropout(config.dropout),
-        torch.nn.Linear(config.hidden, 1),
-    )
+    model = build_tiny_model(config)  # torch source: init, then dropout masks
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
     augment = Augment(seeds["augment"], config.jitter)  # augment source
 
@@ -174,7 +191,7 @@ def _train(config: TrainConfig, on_step: Callable[[int, float], None] | None) ->
         idx, order = order[: config.batch_size], order[config.batch_size :]
         xb = torch.from_numpy(augment(x[idx]))  # (B, F)
         yb = torch.from_numpy(y[idx])  # (B, 1)
-        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        loss = regression_loss(model(xb), yb)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

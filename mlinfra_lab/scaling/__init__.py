@@ -11,6 +11,12 @@ The syllabus, in the order the chapter uses it:
   model that extrapolates a small run to 8 and 64 GPUs.
 - `loader_bench`, `shared_source_bench`: the data loader alone.
 - `diagnose` -> `Diagnosis`; `parse_nccl_log`: the verdict, its evidence, the transport.
+- `summarise_trace`, `op_table`, `format_op_table`: a `torch.profiler` trace of the profiled
+  steps (`RunConfig(trace=True)`), read back as compute vs communication and top operators.
+- `read_counters`, `sample_counters`, `describe_counters`: GPU counters from NVML
+  (utilisation, memory, power), with a fallback that says why there is none.
+- `compression_bench`, `counting_hook`: gradient compression through DDP comm hooks (fp16,
+  PowerSGD), measured in bytes handed to the all-reduce.
 """
 
 from mlinfra_lab.scaling.allreduce import (
@@ -18,6 +24,15 @@ from mlinfra_lab.scaling.allreduce import (
     allreduce_bench,
     default_sizes,
     fit_alpha_beta,
+)
+from mlinfra_lab.scaling.compression import (
+    HOOKS,
+    CompressionRow,
+    UnknownHookError,
+    compression_bench,
+    count_allreduce_bytes,
+    counting_hook,
+    ring_wire_bytes,
 )
 from mlinfra_lab.scaling.config import FAULT_KINDS, Fault, FaultSpecError, RunConfig, parse_fault
 from mlinfra_lab.scaling.dataloader import loader_bench, shared_source_bench
@@ -36,19 +51,31 @@ from mlinfra_lab.scaling.model import (
     worked_example,
 )
 from mlinfra_lab.scaling.nccl_log import NcclTransport, parse_nccl_log
+from mlinfra_lab.scaling.nvml import (
+    GpuCounters,
+    NvmlUnavailable,
+    describe_counters,
+    read_counters,
+    sample_counters,
+)
 from mlinfra_lab.scaling.results import PHASES, ResultFileError, RunResult, load_run, save_run
-from mlinfra_lab.scaling.trace import summarise_trace
+from mlinfra_lab.scaling.trace import OpRow, format_op_table, op_table, summarise_trace
 
 __all__ = [
     "CAUSES",
     "FAULT_KINDS",
+    "HOOKS",
     "PHASES",
     "AlphaBetaFit",
+    "CompressionRow",
     "Diagnosis",
     "Fault",
     "FaultSpecError",
+    "GpuCounters",
     "Hypothesis",
     "NcclTransport",
+    "NvmlUnavailable",
+    "OpRow",
     "OversubscribedWarning",
     "RankLostError",
     "ResultFileError",
@@ -56,17 +83,27 @@ __all__ = [
     "RunResult",
     "StepModel",
     "StepPrediction",
+    "UnknownHookError",
     "allreduce_bench",
+    "compression_bench",
+    "count_allreduce_bytes",
+    "counting_hook",
     "default_sizes",
+    "describe_counters",
     "diagnose",
     "fit_alpha_beta",
+    "format_op_table",
     "load_run",
     "loader_bench",
+    "op_table",
     "parse_fault",
     "parse_nccl_log",
     "profile",
+    "read_counters",
     "ring_allreduce_time",
+    "ring_wire_bytes",
     "run_allreduce_bench",
+    "sample_counters",
     "save_run",
     "shared_source_bench",
     "summarise_trace",

@@ -123,7 +123,7 @@ class RunConfig:
     backend: str = "auto"  # "gloo", "nccl" or "auto" (nccl when CUDA is present)
     seed: int = 0
     timeout_s: float = 120.0  # a rank silent this long is reported lost
-    trace: bool = False  # write a torch.profiler trace of rank 0 and summarise it
+    trace: bool = False  # write a torch.profiler trace of rank 0's timed steps and summarise it
     faults: tuple[Fault, ...] = field(default_factory=tuple)
 
     @classmethod

@@ -167,7 +167,7 @@ def run_rank(config: RunConfig, out_trace: str | None = None,
     loader_rate = config.loader_probe_batches * batch / probe_s if probe_s > 0 else None
     dist.barrier()
 
-    profiler = _profiler(cuda) if (config.trace and rank == 0 and out_trace) else None
+    profiler = _profiler(cuda, config) if (config.trace and rank == 0 and out_trace) else None
     steps: list[dict[str, float]] = []
     with profiler or contextlib.nullcontext():
         for step in range(total):
@@ -237,11 +237,16 @@ def _busy(intervals: list[list[float]]) -> float:
     return total
 
 
-def _profiler(cuda: bool) -> Any:
-    from torch.profiler import ProfilerActivity, profile
+def _profiler(cuda: bool, config: RunConfig) -> Any:
+    """A profiler that records the timed steps only: the warm-up steps are skipped (the
+    last one warms the profiler up, its events discarded), as the phase medians skip them."""
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    return profile(activities=activities)
+    warm = min(1, config.warmup)
+    return profile(activities=activities, record_shapes=True,
+                   schedule=schedule(wait=config.warmup - warm, warmup=warm,
+                                     active=config.steps, repeat=1))
 
 
 def assemble(config: RunConfig, world_size: int, backend: str,

@@ -2,7 +2,8 @@
 
 Contract: `profile(config, nproc)` runs the profiled DDP loop on `nproc` local processes and
 returns the `RunResult` (written to `out` when given); `run_allreduce_bench(nproc, sizes,
-iters)` runs the all-reduce sweep the same way. A world size above the core count warns
+iters)` runs the all-reduce sweep the same way, and `compression.compression_bench` its
+comm-hook measurement. A world size above the core count warns
 (`OversubscribedWarning`) and still runs; a rank that dies or stops making progress for
 `config.timeout_s` ends the job with `RankLostError` naming it.
 
@@ -93,6 +94,10 @@ def _child(rank: int, world: int, port: int, job: str, payload: dict[str, Any],
             config = RunConfig.from_dict(payload)
             trace = os.path.join(outdir, "trace.json") if config.trace and rank == 0 else None
             record: Any = harness.run_rank(config, out_trace=trace, heartbeat=beat)
+        elif job == "compression":
+            from mlinfra_lab.scaling import compression
+
+            record = compression.run_rank(payload)
         else:
             from mlinfra_lab.scaling.allreduce import allreduce_bench
 
