@@ -1,7 +1,8 @@
 """The ``mlinfra-lab`` command: one entry point whose sub-commands each chapter registers.
 
 Contract: ``main(argv)`` parses the command line, runs one sub-command and returns its exit
-status (0 on success); errors a user can fix are printed as one line, not a traceback.
+status (0 on success); an `MlinfraError` (every error the package raises on purpose, see
+`mlinfra_lab.errors`) is printed as one line, not a traceback, with exit status 2.
 
 Design decisions:
 - Each sub-package owns its commands in its own ``cli.py`` with one function,
@@ -9,6 +10,8 @@ Design decisions:
   (``scaling``, ``train``, ``track``, ``release``, ...) and ``bench`` the collection under
   ``mlinfra-lab bench`` (``attention``, ``tracking``, ``staleness``). A handler is attached
   with ``parser.set_defaults(func=handler)`` and receives the parsed namespace.
+- Errors are caught once, here: handlers let a chapter's errors through and raise
+  `CommandError` only for a flag that argparse cannot check.
 - Topic ``cli`` modules import nothing heavy at module level, so ``--help`` is instant.
 """
 
@@ -18,6 +21,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+
+from mlinfra_lab.errors import CommandError, MlinfraError
 
 __all__ = ["CommandError", "build_parser", "main"]
 
@@ -29,10 +34,6 @@ TOPIC_CLIS = (
     "mlinfra_lab.tracking.cli",
     "mlinfra_lab.staleness.cli",
 )
-
-
-class CommandError(Exception):
-    """A failure the user can act on; `main` prints its message on one line and exits 2."""
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -71,13 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(err: BaseException) -> str:
+    """`err`'s message on one line (a ``KeyError``'s without the quotes ``str`` adds)."""
+    text = str(err.args[0]) if isinstance(err, KeyError) and len(err.args) == 1 else str(err)
+    return " | ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``mlinfra-lab`` with `argv` (default: ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except CommandError as err:
-        print(f"mlinfra-lab {args.command}: error: {err}", file=sys.stderr)
+    except MlinfraError as err:
+        print(f"mlinfra-lab {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -3,7 +3,8 @@
 Contract: ``register(commands, bench)`` adds ``mlinfra-lab train`` (the tiny seeded run) and
 ``mlinfra-lab ci ...`` (``check-lock``, ``lock``, ``validate``, ``flaky``, ``bisect``,
 ``update-references``); handlers return an exit code, 1 when a check finds a problem, and
-raise `CommandError` for input the user must fix.
+let the chapter's errors (`LockfileError`, `ArtifactError`, ...) reach `mlinfra_lab.cli.main`,
+which prints them on one line; `CommandError` is for a flag the user must fix.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mlinfra_lab.cli import CommandError
+from mlinfra_lab.errors import CommandError
 
 DEFAULT_REFERENCE = Path("tests/references/train_tiny.json")
 DEFAULT_LOCK = Path("requirements.lock")
@@ -53,12 +54,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _check_lock(args: argparse.Namespace) -> int:
-    from mlinfra_lab.ci.lockfile import LockfileError, check_lockfile
+    from mlinfra_lab.ci.lockfile import check_lockfile
 
-    try:
-        report = check_lockfile(args.lock)
-    except LockfileError as err:
-        raise CommandError(str(err)) from None
+    report = check_lockfile(args.lock)
     print(report)
     if args.show_extra:
         for extra in report.extra:
@@ -75,12 +73,9 @@ def _lock(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from mlinfra_lab.ci.artifacts import ArtifactError, validate_artifacts
+    from mlinfra_lab.ci.artifacts import validate_artifacts
 
-    try:
-        report = validate_artifacts(args.run_dir)
-    except ArtifactError as err:
-        raise CommandError(str(err)) from None
+    report = validate_artifacts(args.run_dir)
     print(
         f"{report.run_dir}: {', '.join(report.files)} valid; "
         f"{report.manifest_entries} manifest entries match"

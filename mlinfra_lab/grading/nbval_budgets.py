@@ -32,10 +32,12 @@ from typing import Any
 
 import pytest
 
+from mlinfra_lab.errors import MlinfraError
+
 from .budgets import TRACEBACK_CAP, human_bytes, notebook_timeout_message
 
 
-class NotebookTimeLimit(Exception):
+class NotebookTimeLimit(MlinfraError):
     """A cell not run because its notebook ran past ``--mlinfra-notebook-timeout``."""
 
 

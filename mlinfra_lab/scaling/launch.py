@@ -33,6 +33,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from mlinfra_lab.errors import MlinfraError
 from mlinfra_lab.scaling.config import RunConfig
 from mlinfra_lab.scaling.results import RunResult, save_run, validate
 
@@ -45,7 +46,7 @@ class OversubscribedWarning(UserWarning):
     """More ranks than CPU cores: the run works, but ranks share cores and slow each other."""
 
 
-class RankLostError(RuntimeError):
+class RankLostError(MlinfraError, RuntimeError):
     """A rank died or stopped making progress; the message names it."""
 
 

@@ -3,6 +3,7 @@
 Contract: ``mlinfra-lab bench staleness`` times the simulator on the acceptance workload
 (64 workers x 20,000 updates of `logreg_problem`, target < 10 s on a 2-core CPU) and writes a
 JSON result; ``mlinfra-lab staleness simulate`` runs one simulation and prints its summary.
+A bad argument raises `StalenessConfigError`, which `mlinfra_lab.cli.main` prints on one line.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _bench(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from mlinfra_lab import staleness as st
-    from mlinfra_lab.cli import CommandError
+    from mlinfra_lab.errors import CommandError
     from mlinfra_lab.runtime import describe
 
     if args.workers < 1 or args.updates < 1 or args.repeats < 1:
@@ -94,28 +95,24 @@ def _simulate(args: argparse.Namespace) -> int:
     import json
 
     from mlinfra_lab import staleness as st
-    from mlinfra_lab.cli import CommandError
 
     problems = {
         "logreg": st.logreg_problem,
         "mlp": st.mlp_problem,
         "quadratic": lambda: st.quadratic_problem(10, 10.0, noise=0.5),
     }
-    try:
-        speeds = st.WorkerSpeeds.straggler(args.workers, args.slow_factor, 0)
-        policy = _policy(args.policy, args.bound, args.lam)
-        result = st.simulate(
-            problems[args.problem](),
-            speeds,
-            policy,
-            args.updates,
-            args.lr,
-            args.seed,
-            args.momentum,
-            progress=True,
-        )
-    except (st.StalenessConfigError, st.SimulationStalledError) as err:
-        raise CommandError(str(err)) from err
+    speeds = st.WorkerSpeeds.straggler(args.workers, args.slow_factor, 0)
+    policy = _policy(args.policy, args.bound, args.lam)
+    result = st.simulate(
+        problems[args.problem](),
+        speeds,
+        policy,
+        args.updates,
+        args.lr,
+        args.seed,
+        args.momentum,
+        progress=True,
+    )
     print(json.dumps(result.summary(), indent=2))
     return 0
 

@@ -14,6 +14,8 @@ Design decisions:
 
 from __future__ import annotations
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = [
     "ArtifactNameError",
     "IntegrityError",
@@ -24,7 +26,7 @@ __all__ = [
 ]
 
 
-class TrackingError(Exception):
+class TrackingError(MlinfraError):
     """Base class of every error the tracking store raises on purpose."""
 
 
