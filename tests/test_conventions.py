@@ -4,6 +4,8 @@
   prints one as a single line with exit status 2 (`mlinfra_lab.errors`).
 - ``mlinfra-lab --help`` imports no chapter (no torch, no SQLAlchemy); a command imports
   only its own chapter (`mlinfra_lab.cli`).
+- Every ``mlinfra-lab bench TARGET`` takes ``--out FILE`` and writes, by default,
+  ``benchmarks/results/DEVICE-TARGET-YYYY-MM-DD.json`` (`mlinfra_lab.results`).
 
 These tests read the source with `ast` or run a fresh interpreter: they import no chapter.
 """
@@ -14,13 +16,14 @@ import ast
 import builtins
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from mlinfra_lab import cli
+from mlinfra_lab import cli, results
 from mlinfra_lab.errors import MlinfraError
 
 pytestmark = pytest.mark.foundation
@@ -183,3 +186,45 @@ def test_commands_map_to_the_module_that_registers_them(
     with pytest.raises(SystemExit) as exit_:
         cli.main(["staleness", "simulate", "--help"])
     assert exit_.value.code == 0 and "--slow-factor" in capsys.readouterr().out
+
+
+# bench targets whose --out is not yet a FILE, each with the reason
+OUT_NOT_A_FILE = {
+    "tracking": "issue 15 (tracking/ is being restructured): its --out is a folder in which "
+    "it writes cpu-tracking-YYYY-MM-DD.json",
+}
+
+
+def test_every_bench_target_takes_out_file_and_names_the_default() -> None:
+    commands = cli.build_parser()._subparsers._group_actions[0]  # type: ignore[union-attr]
+    bench = commands.choices["bench"]._subparsers._group_actions[0]
+    assert set(bench.choices) == set(cli.BENCH_TARGETS)
+    for target, parser in bench.choices.items():
+        if target in OUT_NOT_A_FILE:
+            continue
+        (out,) = [a for a in parser._actions if "--out" in a.option_strings]
+        assert out.metavar == "FILE" and out.default is None, target
+        assert f"-{target}-YYYY-MM-DD.json" in out.help, f"bench {target}: {out.help}"
+
+
+def test_result_file_names() -> None:
+    assert results.device_label("NVIDIA H200") == "h200"
+    assert results.device_label("NVIDIA GeForce RTX 4090") == "geforce-rtx-4090"
+    assert results.device_label(None) == results.device_label("cpu") == "cpu"
+    assert results.default_out("h200", "attention", "2026-12-03T09:15:00+00:00") == Path(
+        "benchmarks/results/h200-attention-2026-12-03.json"
+    )
+    # one date format in the committed results: YYYY-MM-DD, never YYYYMMDD
+    names = [p.name for p in results.committed("*")]
+    assert names and not [n for n in names if re.search(r"(?<!\d)20\d{6}(?!\d)", n)]
+
+
+def test_bench_writes_the_default_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the deprecated --output spelling is what tests/test_staleness_hogwild_cli.py uses)
+    monkeypatch.chdir(tmp_path)
+    argv = ["bench", "staleness", "--workers", "2", "--updates", "20", "--repeats", "1"]
+    assert cli.main(argv) == 0
+    (written,) = (tmp_path / "benchmarks" / "results").iterdir()
+    record = json.loads(written.read_text())
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", record["date"][:10])
+    assert written.name == f"cpu-staleness-{record['date'][:10]}.json"

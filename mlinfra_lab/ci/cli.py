@@ -138,6 +138,7 @@ def _bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from mlinfra_lab.ci.bench import BenchConfig, run_bench
+    from mlinfra_lab.results import default_out, device_label
 
     config = BenchConfig(repeats=args.repeats, fresh_runs=args.fresh_runs, lock=str(args.lock))
     seen: list[str] = []
@@ -151,8 +152,9 @@ def _bench(args: argparse.Namespace) -> int:
 
         result = run_bench(config, progress)
         bar.update()
-    device = result["device"]["device"]
-    out = args.out or Path("benchmarks/results") / f"ci-{device}-{result['date'][:10]}.json"
+    info = result["device"]
+    device = device_label(info["device_name"] if info["device"] == "cuda" else None)
+    out = args.out or default_out(device, "ci", result["date"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     for key, value in result["results"].items():
@@ -182,7 +184,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--repeats", type=int, default=5, help="timed repeats, median (default 5)")
     b.add_argument("--fresh-runs", type=int, default=2, help="fresh processes timed (default 2)")
     b.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="lock file")
-    b.add_argument("--out", type=Path, default=None, help="JSON file (default benchmarks/results/)")
+    b.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        default=None,
+        help="result JSON file (default: benchmarks/results/DEVICE-ci-YYYY-MM-DD.json)",
+    )
     b.set_defaults(func=_bench)
 
     train = commands.add_parser(

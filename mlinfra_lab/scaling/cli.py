@@ -60,6 +60,7 @@ def _diagnose(args: argparse.Namespace) -> int:
 
 
 def _allreduce(args: argparse.Namespace) -> int:
+    from mlinfra_lab.results import default_out, device_label
     from mlinfra_lab.scaling.allreduce import default_sizes, fit_alpha_beta
     from mlinfra_lab.scaling.harness import environment
     from mlinfra_lab.scaling.launch import run_allreduce_bench
@@ -73,12 +74,16 @@ def _allreduce(args: argparse.Namespace) -> int:
     fit = fit_alpha_beta(rows)
     print(f"fit: latency {fit.latency_s * 1e6:.1f} us, {fit.per_byte_s * 1e9:.4f} ns/byte "
           f"(worst relative error {fit.max_rel_error:.0%})")
-    if args.out:
-        out = {"kind": "allreduce", "nproc": args.nproc, "environment": environment(),
+    env = environment()
+    path = args.out
+    if path is None and args.bench:  # `bench scaling` always writes its result
+        path = default_out(device_label(env["device"]), "scaling", env["date"])
+    if path:
+        out = {"kind": "allreduce", "nproc": args.nproc, "environment": env,
                "rows": rows, "fit": fit.as_dict()}
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(out, indent=1))
-        print(f"wrote {args.out}")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(out, indent=1))
+        print(f"wrote {path}")
     return 0
 
 
@@ -94,13 +99,13 @@ def _nccl_log(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_allreduce_args(p: argparse.ArgumentParser) -> None:
+def _add_allreduce_args(p: argparse.ArgumentParser, out_help: str, bench: bool) -> None:
     p.add_argument("--nproc", type=int, default=2, help="ranks (default 2)")
     p.add_argument("--max-mb", type=float, default=64, help="largest message in MiB (64)")
     p.add_argument("--iters", type=int, default=10, help="timed all-reduces per size (10)")
     p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
-    p.add_argument("--out", help="write the rows and the alpha-beta fit as JSON")
-    p.set_defaults(func=_allreduce)
+    p.add_argument("--out", metavar="FILE", help=out_help)
+    p.set_defaults(func=_allreduce, bench=bench)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -139,7 +144,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     d.set_defaults(func=_diagnose)
 
     a = sub.add_parser("allreduce", help="all-reduce sweep (nccl-tests style) + alpha-beta fit")
-    _add_allreduce_args(a)
+    _add_allreduce_args(a, "write the rows and the alpha-beta fit to this JSON file", False)
 
     n = sub.add_parser("nccl-log", help="say which transport an NCCL_DEBUG=INFO log shows")
     n.add_argument("log", help="the log file")
@@ -147,4 +152,5 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     n.set_defaults(func=_nccl_log)
 
     b = bench.add_parser("scaling", help="all-reduce bandwidth sweep and alpha-beta fit")
-    _add_allreduce_args(b)
+    _add_allreduce_args(b, "result JSON file: the rows and the alpha-beta fit (default: "
+                        "benchmarks/results/DEVICE-scaling-YYYY-MM-DD.json)", True)

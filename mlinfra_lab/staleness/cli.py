@@ -49,6 +49,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     from mlinfra_lab import staleness as st
     from mlinfra_lab.errors import CommandError
+    from mlinfra_lab.results import default_out
     from mlinfra_lab.runtime import describe
 
     if args.workers < 1 or args.updates < 1 or args.repeats < 1:
@@ -83,11 +84,11 @@ def _bench(args: argparse.Namespace) -> int:
         f"{record['workload']}: best {min(seconds):.2f} s of {len(seconds)} "
         f"(target < 10 s; load average {load})"
     )
-    if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w") as f:
-            json.dump(record, f, indent=2)
-        print(f"wrote {args.output}")
+    out = args.out or default_out("cpu", "staleness", record["date"])  # it runs on the CPU
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(record, f, indent=2)
+    print(f"wrote {out}")
     return 0
 
 
@@ -136,10 +137,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     b.add_argument("--repeats", type=int, default=3, help="timed runs; the best is reported")
     b.add_argument(
-        "--output",
+        "--out",
+        metavar="FILE",
         default=None,
-        help="write the JSON result here, e.g. benchmarks/results/staleness-cpu-DATE.json",
+        help="result JSON file (default: benchmarks/results/cpu-staleness-YYYY-MM-DD.json)",
     )
+    b.add_argument("--output", dest="out", help=argparse.SUPPRESS)  # deprecated spelling
     b.set_defaults(func=_bench)
 
     top = commands.add_parser("staleness", help="asynchronous-training staleness simulator")
