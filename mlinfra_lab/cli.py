@@ -12,11 +12,11 @@ Design decisions:
   (``scaling``, ``train``, ``track``, ``release``, ...) and ``bench`` the collection under
   ``mlinfra-lab bench`` (every target of `BENCH_TARGETS`). A handler is attached with
   ``parser.set_defaults(func=handler)`` and receives the parsed namespace.
-- Importing ``mlinfra_lab.X.cli`` runs ``mlinfra_lab/X/__init__.py``, which imports the
-  chapter (torch, SQLAlchemy, nbformat). So `COMMANDS` and `BENCH_TARGETS` name, for each
-  command, the module that registers it and its one-line help: `main` imports only the
-  module of the command on its command line and lists the others from these tables (a
-  test keeps the tables' help equal to what the chapters register).
+- Importing ``mlinfra_lab.X.cli`` first runs ``mlinfra_lab/X/__init__.py``, and some of
+  those import their chapter (torch, nbformat). So `COMMANDS` and `BENCH_TARGETS` name,
+  for each command, the module that registers it and its one-line help: `main` imports
+  only the module of the command on its command line and lists the others from these
+  tables (a test keeps the tables' help equal to what the chapters register).
 - Errors are caught once, here: handlers let a chapter's errors through and raise
   `CommandError` only for a flag that argparse cannot check.
 """
