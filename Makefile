@@ -9,7 +9,8 @@
 #                 at GPU sizes, recorded in benchmarks/results/GPU-notebooks-DATE.json
 #   make lab      JupyterLab on the repository
 #   make lock     regenerate requirements.lock from the current CPU environment
-#   make bench-attention | bench-scaling | bench-tracking | bench-staleness   benchmarks (JSON)
+#   make bench-attention | bench-scaling | bench-ci | bench-tracking | bench-staleness
+#                 benchmarks, each written to benchmarks/results/DEVICE-TOPIC-YYYY-MM-DD.json
 
 PYTHON   ?= python3
 VENV     ?= .venv
@@ -25,7 +26,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup book test test-gpu test-stages unit notebooks validate browser lint lab lock check-lock \
         release-labs check-student-labs clean \
-        bench-attention bench-scaling bench-tracking bench-staleness
+        bench-attention bench-scaling bench-ci bench-tracking bench-staleness
 
 setup: $(STAMP)
 
@@ -126,11 +127,14 @@ lock: setup
 clean:
 	rm -rf _build .pytest_cache
 
+# Every `mlinfra-lab bench TARGET` takes --out FILE and defaults to
+# benchmarks/results/DEVICE-TARGET-YYYY-MM-DD.json (DEVICE: cpu, h200, ...; UTC date).
 bench-staleness: setup
-	$(BIN)/mlinfra-lab bench staleness --output benchmarks/results/staleness-cpu-$$(date -u +%Y%m%d).json
+	$(BIN)/mlinfra-lab bench staleness
 
 # MLflow is an optional extra (pip install -e ".[bench]"); without it only this store is measured.
 # MLflow runs its log/create phases at 2% scale (it is ~100x slower per call); searches use 100k runs for both.
+# (Its --out is a folder, in which it writes cpu-tracking-YYYY-MM-DD.json.)
 bench-tracking: setup
 	$(BIN)/mlinfra-lab bench tracking --mlflow-scale 0.02 --out benchmarks/results
 
@@ -139,8 +143,12 @@ bench-tracking: setup
 # on a CPU a tiny sweep under the Triton interpreter (tests the command, not the speed).
 ATTN_BASELINE ?= $(if $(HAS_GPU),benchmarks/baselines/h200-attention.json)
 bench-attention: setup
-	$(BIN)/mlinfra-lab bench attention --out benchmarks/results/attention-$$(date -u +%Y-%m-%d).json $(if $(ATTN_BASELINE),--check-baseline $(ATTN_BASELINE))
+	$(BIN)/mlinfra-lab bench attention $(if $(ATTN_BASELINE),--check-baseline $(ATTN_BASELINE))
 
 # Scaling: the all-reduce sweep and alpha-beta fit (gloo on a CPU, NCCL on GPUs).
 bench-scaling: setup
-	$(BIN)/mlinfra-lab bench scaling --nproc 2 --out benchmarks/results/scaling-$$(date -u +%Y-%m-%d).json
+	$(BIN)/mlinfra-lab bench scaling --nproc 2
+
+# CI: what each CI tier of chapter 3 costs on this machine.
+bench-ci: setup
+	$(BIN)/mlinfra-lab bench ci

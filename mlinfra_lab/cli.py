@@ -1,15 +1,24 @@
 """The ``mlinfra-lab`` command: one entry point whose sub-commands each chapter registers.
 
 Contract: ``main(argv)`` parses the command line, runs one sub-command and returns its exit
-status (0 on success); errors a user can fix are printed as one line, not a traceback.
+status (0 on success); an `MlinfraError` (every error the package raises on purpose, see
+`mlinfra_lab.errors`) is printed as one line, not a traceback, with exit status 2. Only the
+chapter whose command runs is imported: ``mlinfra-lab --help`` imports no chapter (no
+torch, no SQLAlchemy), ``mlinfra-lab track ...`` imports only `mlinfra_lab.tracking`.
 
 Design decisions:
 - Each sub-package owns its commands in its own ``cli.py`` with one function,
   ``register(commands, bench)``: ``commands`` is the top-level sub-parser collection
   (``scaling``, ``train``, ``track``, ``release``, ...) and ``bench`` the collection under
-  ``mlinfra-lab bench`` (``attention``, ``tracking``, ``staleness``). A handler is attached
-  with ``parser.set_defaults(func=handler)`` and receives the parsed namespace.
-- Topic ``cli`` modules import nothing heavy at module level, so ``--help`` is instant.
+  ``mlinfra-lab bench`` (every target of `BENCH_TARGETS`). A handler is attached with
+  ``parser.set_defaults(func=handler)`` and receives the parsed namespace.
+- Importing ``mlinfra_lab.X.cli`` first runs ``mlinfra_lab/X/__init__.py``, and some of
+  those import their chapter (torch, nbformat). So `COMMANDS` and `BENCH_TARGETS` name,
+  for each command, the module that registers it and its one-line help: `main` imports
+  only the module of the command on its command line and lists the others from these
+  tables (a test keeps the tables' help equal to what the chapters register).
+- Errors are caught once, here: handlers let a chapter's errors through and raise
+  `CommandError` only for a flag that argparse cannot check.
 """
 
 from __future__ import annotations
@@ -17,22 +26,55 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-__all__ = ["CommandError", "build_parser", "main"]
+from mlinfra_lab.errors import CommandError, MlinfraError
 
-TOPIC_CLIS = (
-    "mlinfra_lab.grading.cli",
-    "mlinfra_lab.attention.cli",
-    "mlinfra_lab.scaling.cli",
-    "mlinfra_lab.ci.cli",
-    "mlinfra_lab.tracking.cli",
-    "mlinfra_lab.staleness.cli",
-)
+__all__ = ["BENCH_TARGETS", "COMMANDS", "CommandError", "build_parser", "main"]
 
+_GRADING = "mlinfra_lab.grading.cli"
+_ATTENTION = "mlinfra_lab.attention.cli"
+_SCALING = "mlinfra_lab.scaling.cli"
+_CI = "mlinfra_lab.ci.cli"
+_TRACKING = "mlinfra_lab.tracking.cli"
+_STALENESS = "mlinfra_lab.staleness.cli"
 
-class CommandError(Exception):
-    """A failure the user can act on; `main` prints its message on one line and exits 2."""
+# The chapters' command-line modules, in the order their commands are listed.
+TOPIC_CLIS = (_GRADING, _ATTENTION, _SCALING, _CI, _TRACKING, _STALENESS)
+
+# command -> (the module that registers it, its one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "release": (_GRADING, "write student versions of labs (solutions and hidden tests removed)"),
+    "grade": (_GRADING, "grade submitted lab notebooks with nbval; write a gradebook"),
+    "validate": (
+        _GRADING,
+        "check every grader passes on the source and fails on the release and on every "
+        "wrong answer",
+    ),
+    "scaling": (_SCALING, "profile DDP scaling, benchmark all-reduce, diagnose a slowdown"),
+    "train": (_CI, "run the tiny seeded training run CI uses (chapter 3)"),
+    "ci": (_CI, "CI checks: lock file, artifacts, flaky runs, references (chapter 3)"),
+    "track": (_TRACKING, "query and maintain the experiment-tracking store"),
+    "staleness": (_STALENESS, "asynchronous-training staleness simulator"),
+}
+
+# `mlinfra-lab bench TARGET` -> (the module that registers it, its one-line help)
+BENCH_TARGETS: dict[str, tuple[str, str]] = {
+    "attention": (
+        _ATTENTION,
+        "time the Triton flash attention against SDPA backends, eager and a matmul",
+    ),
+    "scaling": (_SCALING, "all-reduce bandwidth sweep and alpha-beta fit"),
+    "ci": (
+        _CI,
+        "time the CI tiers: tiny run in-process and in a fresh process, lock, artifacts",
+    ),
+    "tracking": (_TRACKING, "this tracking store against MLflow, side by side (SQLite)"),
+    "staleness": (
+        _STALENESS,
+        "time the async parameter-server simulator (64 workers x 20,000 updates)",
+    ),
+}
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -48,8 +90,31 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser: `info`, `bench ...` and every topic's commands."""
+def _modules_for(argv: Sequence[str]) -> set[str]:
+    """The chapter modules the command line `argv` needs: none for ``--help`` or ``info``."""
+    words = [a for a in argv if not a.startswith("-")]
+    if not words:
+        return set()
+    if words[0] == "bench":
+        target = words[1] if len(words) > 1 else ""
+        return {BENCH_TARGETS[target][0]} if target in BENCH_TARGETS else set()
+    return {COMMANDS[words[0]][0]} if words[0] in COMMANDS else set()
+
+
+def _placeholder(commands: argparse._SubParsersAction, name: str, module: str, text: str) -> None:
+    """List `name` with its help without importing `module`; `main` loads it if chosen."""
+    p = commands.add_parser(name, help=text, description=text, add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.set_defaults(chapter_cli=module)
+
+
+def build_parser(modules: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of `info`, `bench ...` and every chapter's commands.
+
+    `modules`: the chapter modules (of `TOPIC_CLIS`) whose commands get their full
+    parsers; the commands of the others are listed by name and help only. Default: all.
+    """
+    load = set(TOPIC_CLIS if modules is None else modules)
     parser = argparse.ArgumentParser(
         prog="mlinfra-lab",
         description=(
@@ -67,17 +132,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench = bench_parser.add_subparsers(dest="target", metavar="TARGET", required=True)
     for module in TOPIC_CLIS:
-        importlib.import_module(module).register(commands, bench)
+        if module in load:
+            importlib.import_module(module).register(commands, bench)
+            continue
+        for table, subparsers in ((COMMANDS, commands), (BENCH_TARGETS, bench)):
+            for name, (owner, text) in table.items():
+                if owner == module:
+                    _placeholder(subparsers, name, module, text)
     return parser
 
 
+def _one_line(err: BaseException) -> str:
+    """`err`'s message on one line (a ``KeyError``'s without the quotes ``str`` adds)."""
+    text = str(err.args[0]) if isinstance(err, KeyError) and len(err.args) == 1 else str(err)
+    return " | ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run ``mlinfra-lab`` with `argv` (default: ``sys.argv[1:]``); return the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(_modules_for(argv)).parse_args(argv)
+    chapter = getattr(args, "chapter_cli", None)
+    if chapter is not None:  # a command line _modules_for did not foresee: load and reparse
+        args = build_parser({chapter}).parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except CommandError as err:
-        print(f"mlinfra-lab {args.command}: error: {err}", file=sys.stderr)
+    except MlinfraError as err:
+        print(f"mlinfra-lab {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -4,7 +4,9 @@ Contract: `results_dir()` is the folder of the measurements committed with the c
 JSON files and logs of the repository's ``benchmarks/results/``); `committed(pattern)` lists
 the files there matching a glob pattern, sorted by name (a date in a name sorts oldest
 first). Both work from a source checkout and from ``pip install mlinfra-lab`` (Colab),
-whatever the working directory.
+whatever the working directory. `default_out(device, topic)` is where a ``mlinfra-lab bench``
+target writes when given no ``--out FILE``: ``benchmarks/results/DEVICE-TOPIC-YYYY-MM-DD.json``
+under the working directory (`device_label` spells DEVICE).
 
 Decisions:
 - ``benchmarks/results/`` is the only copy in git. The wheel ships it as the data folder
@@ -16,13 +18,18 @@ Decisions:
 - When neither exists (a wheel built without the results), `results_dir()` still returns
   the checkout path: globbing a missing folder finds nothing, so callers print their
   "nothing committed" message instead of raising.
+- One file-name scheme for every benchmark: DEVICE first (``cpu``, ``h200``: what a reader
+  filters by), then TOPIC (the bench target's name), then the UTC date as ``YYYY-MM-DD`` (so
+  names sort by date). DEVICE is the device the benchmark measures, so a CPU-only benchmark
+  (the staleness simulator, the tracking store) says ``cpu`` on a GPU machine too.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["committed", "results_dir"]
+__all__ = ["committed", "default_out", "device_label", "results_dir"]
 
 _PACKAGE = Path(__file__).resolve().parent
 _SHIPPED = _PACKAGE / "_results"
@@ -37,3 +44,21 @@ def results_dir() -> Path:
 def committed(pattern: str = "*.json") -> list[Path]:
     """Committed result files matching `pattern` (e.g. ``"h200-attention-*.json"``), by name."""
     return sorted(results_dir().glob(pattern))
+
+
+def device_label(device_name: str | None) -> str:
+    """DEVICE of a result file name: ``cpu`` for None or ``"cpu"``, else the GPU's name in
+    lower case without its vendor, spaces as dashes (``"NVIDIA H200"`` -> ``"h200"``), as the
+    Makefile's ``GPU_NAME`` spells it."""
+    if not device_name or device_name.lower() == "cpu":
+        return "cpu"
+    return device_name.removeprefix("NVIDIA ").strip().replace(" ", "-").lower()
+
+
+def default_out(device: str, topic: str, date: str | None = None) -> Path:
+    """``benchmarks/results/DEVICE-TOPIC-YYYY-MM-DD.json``, relative to the working directory.
+
+    `date`: an ISO date or timestamp (its first 10 characters are used); default: today (UTC).
+    """
+    day = (date or datetime.now(timezone.utc).isoformat())[:10]
+    return Path("benchmarks") / "results" / f"{device}-{topic}-{day}.json"

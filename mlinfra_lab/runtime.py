@@ -23,6 +23,8 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = [
     "RuntimeInfo",
     "TritonAlreadyImportedError",
@@ -66,11 +68,11 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-class UnknownTopicError(KeyError):
+class UnknownTopicError(MlinfraError, KeyError):
     """Raised by `sizes()` for a topic that has no preset."""
 
 
-class TritonAlreadyImportedError(RuntimeError):
+class TritonAlreadyImportedError(MlinfraError, RuntimeError):
     """Raised when the interpreter is needed but `triton` was imported before the switch."""
 
 

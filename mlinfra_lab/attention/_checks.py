@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = ["AttentionInputError", "check_attention_inputs", "check_kernel_inputs"]
 
 # Head dims the Triton kernel supports: it pads to the next power of two (at least 16,
@@ -26,7 +28,7 @@ __all__ = ["AttentionInputError", "check_attention_inputs", "check_kernel_inputs
 KERNEL_HEAD_DIM_RANGE = (16, 128)
 
 
-class AttentionInputError(ValueError):
+class AttentionInputError(MlinfraError, ValueError):
     """Inputs that no attention implementation here can take (shape, dtype, device)."""
 
 

@@ -37,6 +37,7 @@ import torch
 
 from mlinfra_lab import results, runtime
 from mlinfra_lab.attention.traffic import attention_flops
+from mlinfra_lab.errors import MlinfraError
 
 __all__ = [
     "PROVIDERS",
@@ -55,7 +56,7 @@ PROVIDERS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "eager")
 VERSION_PROVIDERS = ("ours_v1", "ours_v2")  # one forward kernel version each (for A/B runs)
 
 
-class BaselineError(ValueError):
+class BaselineError(MlinfraError, ValueError):
     """The baseline file cannot be compared with this result (missing, other sweep)."""
 
 

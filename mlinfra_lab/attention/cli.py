@@ -22,9 +22,9 @@ def _bench(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from pathlib import Path
 
-    from mlinfra_lab import runtime
+    from mlinfra_lab import results, runtime
     from mlinfra_lab.attention import bench
-    from mlinfra_lab.cli import CommandError
+    from mlinfra_lab.errors import CommandError
 
     cfg = bench.BenchConfig() if runtime.on_gpu() and not args.cpu_sizes else bench.BenchConfig.cpu()
     overrides = {k: v for k, v in (("seqs", args.seqs), ("head_dims", args.head_dims),
@@ -49,17 +49,16 @@ def _bench(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise CommandError(str(err)) from err
     result = bench.run_benchmark(cfg, progress=not args.quiet)
-    out = Path(args.out)
+    info = result["device"]
+    name = info["device_name"] if info["device"] == "cuda" else None
+    out = Path(args.out or results.default_out(results.device_label(name), "attention"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     bench.plot_results(result, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     print(bench.format_table(result))
     if baseline is not None:
-        try:
-            failures = bench.check_baseline(result, baseline, args.tolerance)
-        except bench.BaselineError as err:
-            raise CommandError(str(err)) from err
+        failures = bench.check_baseline(result, baseline, args.tolerance)
         if failures:
             print(f"REGRESSION (> {args.tolerance:.0%} slower than {args.check_baseline}):")
             for line in failures:
@@ -82,8 +81,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
             "Triton interpreter (for testing the command, not for numbers)."
         ),
     )
-    p.add_argument("--out", default="benchmarks/results/attention.json",
-                   help="result JSON path; the plot goes beside it as .png (default: %(default)s)")
+    p.add_argument("--out", metavar="FILE", default=None,
+                   help="result JSON file; the plot goes beside it as .png (default: "
+                   "benchmarks/results/DEVICE-attention-YYYY-MM-DD.json)")
     p.add_argument("--seqs", type=_ints, help="comma-separated sequence lengths, e.g. 1024,2048")
     p.add_argument("--head-dims", type=_ints, help="comma-separated head dims, e.g. 64,128")
     p.add_argument("--causal", choices=("yes", "no", "both"), default="both",

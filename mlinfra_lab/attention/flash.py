@@ -9,8 +9,10 @@ Design decisions:
   Q stays in registers; K and V stream through in ``BLOCK_N`` tiles; the two matmuls are
   ``tl.dot`` on Tensor Cores in the input dtype with float32 accumulators; the softmax
   statistics (running max ``m`` and sum ``l``) are float32 and use ``exp2`` with the
-  scale folded into ``log2(e) * sm_scale`` (one FMA per score). The program writes O and
-  the row log-sum-exp (in base 2), the only state the backward pass keeps.
+  scale folded into ``log2(e) * sm_scale``: the scores are scaled, then the running max
+  is subtracted (a multiply and a subtract per score; v2 below fuses them into one FMA).
+  The program writes O and the row log-sum-exp (in base 2), the only state the backward
+  pass keeps.
 - Masking costs instructions, so each loop is split: full tiles strictly inside the valid
   region run without masks; only the tail tile (sequence length not a multiple of the
   tile) and, when causal, the tiles on the diagonal run masked. Causal programs stop at

@@ -8,8 +8,8 @@ against sequence length at a fixed batch, and times the forward over a grid of
 widget calls); everything goes into one JSON file (and a table on stdout).
 
 Design decisions:
-- Correctness first (METHOD.md): if any check fails, the timings are still taken but the
-  result says so, and the exit code is 1.
+- Correctness first: if any check fails, the timings are still taken but the result says
+  so, and the exit code is 1.
 - One script, one call: the lease is short, so the autotune lists are cut to the two
   forward configs that won (or came close) in the v1 sweep and to the backward winners;
   both versions get the same list, so the comparison is fair.

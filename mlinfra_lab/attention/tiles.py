@@ -36,16 +36,17 @@ from typing import Any
 import torch
 
 from mlinfra_lab.attention._checks import KERNEL_HEAD_DIM_RANGE
+from mlinfra_lab.errors import MlinfraError
 
 __all__ = ["TileConfigError", "TileTiming", "TileTimingNeedsGPUError", "check_tile_config",
            "time_forward_tile"]
 
 
-class TileConfigError(ValueError):
+class TileConfigError(MlinfraError, ValueError):
     """A tile config or shape the forward kernel cannot be launched with."""
 
 
-class TileTimingNeedsGPUError(RuntimeError):
+class TileTimingNeedsGPUError(MlinfraError, RuntimeError):
     """Timing a tile config was asked for on a machine without a CUDA GPU."""
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mlinfra_lab.ci.jsonfile import line_of, load_json
+from mlinfra_lab.errors import MlinfraError
 
 __all__ = [
     "MANIFEST_SCHEMA",
@@ -85,7 +86,7 @@ TRAIN_TINY_ARTIFACTS: dict[str, dict[str, Any] | None] = {
 }
 
 
-class ArtifactError(ValueError):
+class ArtifactError(MlinfraError, ValueError):
     """A run's artifact is missing or invalid; the message names the file and the line."""
 
 

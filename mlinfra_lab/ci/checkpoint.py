@@ -28,10 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = ["CheckpointMismatch", "CheckpointReport", "checkpoint_roundtrip"]
 
 
-class CheckpointMismatch(AssertionError):
+class CheckpointMismatch(MlinfraError, AssertionError):
     """The reloaded model or optimizer differs from the saved one; says where."""
 
 

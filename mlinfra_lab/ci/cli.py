@@ -3,7 +3,8 @@
 Contract: ``register(commands, bench)`` adds ``mlinfra-lab train`` (the tiny seeded run) and
 ``mlinfra-lab ci ...`` (``check-lock``, ``lock``, ``validate``, ``flaky``, ``bisect``,
 ``update-references``); handlers return an exit code, 1 when a check finds a problem, and
-raise `CommandError` for input the user must fix.
+let the chapter's errors (`LockfileError`, `ArtifactError`, ...) reach `mlinfra_lab.cli.main`,
+which prints them on one line; `CommandError` is for a flag the user must fix.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mlinfra_lab.cli import CommandError
+from mlinfra_lab.errors import CommandError
 
 DEFAULT_REFERENCE = Path("tests/references/train_tiny.json")
 DEFAULT_LOCK = Path("requirements.lock")
@@ -53,12 +54,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _check_lock(args: argparse.Namespace) -> int:
-    from mlinfra_lab.ci.lockfile import LockfileError, check_lockfile
+    from mlinfra_lab.ci.lockfile import check_lockfile
 
-    try:
-        report = check_lockfile(args.lock)
-    except LockfileError as err:
-        raise CommandError(str(err)) from None
+    report = check_lockfile(args.lock)
     print(report)
     if args.show_extra:
         for extra in report.extra:
@@ -75,12 +73,9 @@ def _lock(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from mlinfra_lab.ci.artifacts import ArtifactError, validate_artifacts
+    from mlinfra_lab.ci.artifacts import validate_artifacts
 
-    try:
-        report = validate_artifacts(args.run_dir)
-    except ArtifactError as err:
-        raise CommandError(str(err)) from None
+    report = validate_artifacts(args.run_dir)
     print(
         f"{report.run_dir}: {', '.join(report.files)} valid; "
         f"{report.manifest_entries} manifest entries match"
@@ -143,6 +138,7 @@ def _bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from mlinfra_lab.ci.bench import BenchConfig, run_bench
+    from mlinfra_lab.results import default_out, device_label
 
     config = BenchConfig(repeats=args.repeats, fresh_runs=args.fresh_runs, lock=str(args.lock))
     seen: list[str] = []
@@ -156,8 +152,9 @@ def _bench(args: argparse.Namespace) -> int:
 
         result = run_bench(config, progress)
         bar.update()
-    device = result["device"]["device"]
-    out = args.out or Path("benchmarks/results") / f"ci-{device}-{result['date'][:10]}.json"
+    info = result["device"]
+    device = device_label(info["device_name"] if info["device"] == "cuda" else None)
+    out = args.out or default_out(device, "ci", result["date"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     for key, value in result["results"].items():
@@ -187,7 +184,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--repeats", type=int, default=5, help="timed repeats, median (default 5)")
     b.add_argument("--fresh-runs", type=int, default=2, help="fresh processes timed (default 2)")
     b.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="lock file")
-    b.add_argument("--out", type=Path, default=None, help="JSON file (default benchmarks/results/)")
+    b.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        default=None,
+        help="result JSON file (default: benchmarks/results/DEVICE-ci-YYYY-MM-DD.json)",
+    )
     b.set_defaults(func=_bench)
 
     train = commands.add_parser(

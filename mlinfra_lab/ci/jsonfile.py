@@ -18,13 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = ["JsonFileError", "line_of", "load_json"]
 
 _DECODER = json.JSONDecoder()
 _WS = " \t\n\r"
 
 
-class JsonFileError(ValueError):
+class JsonFileError(MlinfraError, ValueError):
     """A JSON file is missing or does not parse; the message names the file and line."""
 
 

@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = [
     "LockReport",
     "LockfileError",
@@ -44,7 +46,7 @@ _LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#]+
 _SKIP = {"mlinfra-lab", "pip", "setuptools", "wheel"}
 
 
-class LockfileError(ValueError):
+class LockfileError(MlinfraError, ValueError):
     """The lock file is missing or has a line that does not parse; names file and line."""
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mlinfra_lab.ci.jsonfile import JsonFileError, line_of, load_json
+from mlinfra_lab.errors import MlinfraError
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -57,11 +58,11 @@ class ReferenceFileError(JsonFileError):
     """The reference file is missing, malformed, or lacks the entry; names file and line."""
 
 
-class ReferenceMismatch(AssertionError):
+class ReferenceMismatch(MlinfraError, AssertionError):
     """A value fell outside its reference band; the message explains by how much."""
 
 
-class NotDecreasingError(AssertionError):
+class NotDecreasingError(MlinfraError, AssertionError):
     """A sequence that should fall (a loss) did not fall enough."""
 
 

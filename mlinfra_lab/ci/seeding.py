@@ -35,6 +35,8 @@ import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = [
     "RNG_SOURCES",
     "UnknownSourceError",
@@ -53,7 +55,7 @@ RNG_SOURCES: tuple[str, ...] = ("python", "numpy", "torch")
 CUBLAS_WORKSPACE = ":4096:8"
 
 
-class UnknownSourceError(KeyError):
+class UnknownSourceError(MlinfraError, KeyError):
     """Raised by `reseed` for a source name that is not in `RNG_SOURCES`."""
 
 

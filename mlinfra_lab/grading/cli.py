@@ -2,8 +2,9 @@
 
 Contract: `register(commands, bench)` adds the three instructor commands to ``mlinfra-lab``;
 each handler returns 0 on success, 1 when it finished but found problems (an input that could
-not be graded, a grader that cannot fail, an edited gradebook for ``grade --verify``), and
-raises `CommandError` for a usage error.
+not be graded, a grader that cannot fail, an edited gradebook for ``grade --verify``), raises
+`CommandError` for a usage error and lets a `GradingError` reach `mlinfra_lab.cli.main`, which
+prints it on one line.
 Heavy modules (nbformat, the grading package) are imported inside the handlers.
 """
 
@@ -13,7 +14,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from mlinfra_lab.cli import CommandError
+from mlinfra_lab.errors import CommandError
 
 from .sandbox import SANDBOX_KINDS
 
@@ -123,15 +124,11 @@ def _execution_config(args: argparse.Namespace, default_secret: str) -> Executio
 def _release(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .errors import GradingError
     from .release import release_dir, release_notebook
 
     src, out = Path(args.src), Path(args.out)
-    try:
-        written = (release_dir(src, out) if src.is_dir()
-                   else [release_notebook(src, out if out.suffix else out / src.name)])
-    except GradingError as err:
-        raise CommandError(str(err)) from err
+    written = (release_dir(src, out) if src.is_dir()
+               else [release_notebook(src, out if out.suffix else out / src.name)])
     for path in written:
         print(f"released {path}")
     return 0
@@ -166,15 +163,11 @@ def _budgets(args: argparse.Namespace, config: ExecutionConfig) -> ExecutionConf
 
 
 def _verify(args: argparse.Namespace, secret: str) -> int:
-    from .errors import GradingError
     from .manifest import MANIFEST_NAME, verify_gradebook
 
     if args.submissions or args.source or args.out:
         raise CommandError("--verify GRADEBOOK_DIR takes no submissions, --source or --out")
-    try:
-        result = verify_gradebook(args.verify, secret)
-    except GradingError as err:
-        raise CommandError(str(err)) from err
+    result = verify_gradebook(args.verify, secret)
     for line in result.notes:
         print(f"note: {line}", file=sys.stderr)
     for line in result.problems:
@@ -209,7 +202,6 @@ def _merge(args: argparse.Namespace, secret: str) -> int:
 def _grade(args: argparse.Namespace) -> int:
     import os
 
-    from .errors import GradingError
     from .grade import grade_submissions
     from .gradebook import write_gradebook
     from .manifest import MANIFEST_NAME
@@ -226,10 +218,7 @@ def _grade(args: argparse.Namespace) -> int:
                            "(or --verify GRADEBOOK_DIR)")
     config = _budgets(args, _execution_config(
         args, os.environ.get(SECRET_ENV) or DEFAULT_SECRET))
-    try:
-        report = grade_submissions(args.submissions, args.source, config, progress=True)
-    except GradingError as err:
-        raise CommandError(str(err)) from err
+    report = grade_submissions(args.submissions, args.source, config, progress=True)
     csv_path, json_path = write_gradebook(report, args.out)
     for result in report.results:
         print(f"{result.student:20s} {result.lab:24s} {result.points:g} / {result.max_points:g}")
@@ -253,15 +242,11 @@ def _grade(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from .errors import GradingError
     from .secret import DEFAULT_SECRET
     from .validate import validate_labs
 
     config = _execution_config(args, DEFAULT_SECRET)
-    try:
-        report = validate_labs(args.labs, config, progress=True)
-    except GradingError as err:
-        raise CommandError(str(err)) from err
+    report = validate_labs(args.labs, config, progress=True)
     for line in report.checked:
         print(f"ok: {line}")
     for line in report.warnings:

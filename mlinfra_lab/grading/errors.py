@@ -8,10 +8,12 @@ batch is still graded.
 
 `ForbiddenCallError` and `CallGuardError` are raised inside a student's kernel, by the guard
 that a grader with ``forbid`` metadata runs under (see `forbid`); this module imports
-nothing, so that guard stays cheap to import there.
+only `mlinfra_lab.errors` (which imports nothing), so that guard stays cheap to import there.
 """
 
 from __future__ import annotations
+
+from mlinfra_lab.errors import MlinfraError
 
 __all__ = [
     "CallGuardError",
@@ -24,7 +26,7 @@ __all__ = [
 ]
 
 
-class GradingError(Exception):
+class GradingError(MlinfraError):
     """Base class of everything the grading tools raise on purpose."""
 
 

@@ -1,7 +1,9 @@
 """Command-line entry points of `mlinfra_lab.scaling` (registered by `mlinfra_lab.cli`).
 
 Contract: ``mlinfra-lab scaling profile|diagnose|allreduce|nccl-log`` and ``mlinfra-lab
-bench scaling``; handlers return an exit code and raise `CommandError` for user errors.
+bench scaling``; handlers return an exit code, let the chapter's errors (`FaultSpecError`,
+`RankLostError`, `ResultFileError`) reach `mlinfra_lab.cli.main`, which prints them on one
+line, and raise `CommandError` for a flag or a file the user must fix.
 Heavy modules (torch) are imported inside the handlers so ``--help`` stays instant.
 """
 
@@ -11,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mlinfra_lab.cli import CommandError
+from mlinfra_lab.errors import CommandError
 
 __all__ = ["register"]
 
@@ -22,25 +24,18 @@ _FAULT_HELP = (
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from mlinfra_lab.scaling.config import FaultSpecError, RunConfig
-    from mlinfra_lab.scaling.launch import RankLostError, profile
+    from mlinfra_lab.scaling.config import RunConfig
+    from mlinfra_lab.scaling.launch import profile
 
-    try:
-        faults = [f for f in args.inject or []]
-        changes = {"steps": args.steps, "trace": args.trace, "backend": args.backend,
-                   "timeout_s": args.timeout}
-        if args.batch:
-            changes["batch"] = args.batch
-        config = (RunConfig.for_gpu(**changes) if args.gpu else RunConfig(**changes))
-        config = config.with_faults(*faults)
-    except FaultSpecError as err:
-        raise CommandError(str(err)) from None
+    changes = {"steps": args.steps, "trace": args.trace, "backend": args.backend,
+               "timeout_s": args.timeout}
+    if args.batch:
+        changes["batch"] = args.batch
+    config = (RunConfig.for_gpu(**changes) if args.gpu else RunConfig(**changes))
+    config = config.with_faults(*(args.inject or []))
     if args.nproc < 1:
         raise CommandError("--nproc must be at least 1")
-    try:
-        result = profile(config, args.nproc, out=args.out)
-    except RankLostError as err:
-        raise CommandError(str(err)) from None
+    result = profile(config, args.nproc, out=args.out)
     b = result.breakdown()
     print(f"{args.nproc} ranks, {result.rank_batch}/rank: step {result.step_time() * 1e3:.1f} ms,"
           f" {result.throughput():.0f} samples/s, communication share {result.comm_share():.0%}")
@@ -52,32 +47,26 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _diagnose(args: argparse.Namespace) -> int:
     from mlinfra_lab.scaling.diagnose import diagnose
-    from mlinfra_lab.scaling.results import ResultFileError
 
     log = None
     if args.nccl_log:
         try:
             log = Path(args.nccl_log).read_text(errors="replace")
         except OSError as err:
-            raise CommandError(f"{args.nccl_log}: cannot read ({err.strerror})") from None
-    try:
-        result = diagnose(args.small, args.large, nccl_log=log)
-    except ResultFileError as err:
-        raise CommandError(str(err)) from None
+            raise CommandError(f"{args.nccl_log}: cannot read ({err.strerror})") from err
+    result = diagnose(args.small, args.large, nccl_log=log)
     print(result.to_json() if args.json else result.report())
     return 0
 
 
 def _allreduce(args: argparse.Namespace) -> int:
+    from mlinfra_lab.results import default_out, device_label
     from mlinfra_lab.scaling.allreduce import default_sizes, fit_alpha_beta
     from mlinfra_lab.scaling.harness import environment
-    from mlinfra_lab.scaling.launch import RankLostError, run_allreduce_bench
+    from mlinfra_lab.scaling.launch import run_allreduce_bench
 
     sizes = default_sizes(max_bytes=int(args.max_mb * 2**20))
-    try:
-        rows = run_allreduce_bench(args.nproc, sizes, iters=args.iters, backend=args.backend)
-    except RankLostError as err:
-        raise CommandError(str(err)) from None
+    rows = run_allreduce_bench(args.nproc, sizes, iters=args.iters, backend=args.backend)
     print(f"{'bytes':>12} {'time (us)':>12} {'algbw GB/s':>11} {'busbw GB/s':>11}")
     for r in rows:
         print(f"{r['bytes']:>12} {r['time_s'] * 1e6:>12.1f} {r['algbw'] / 1e9:>11.3f} "
@@ -85,12 +74,16 @@ def _allreduce(args: argparse.Namespace) -> int:
     fit = fit_alpha_beta(rows)
     print(f"fit: latency {fit.latency_s * 1e6:.1f} us, {fit.per_byte_s * 1e9:.4f} ns/byte "
           f"(worst relative error {fit.max_rel_error:.0%})")
-    if args.out:
-        out = {"kind": "allreduce", "nproc": args.nproc, "environment": environment(),
+    env = environment()
+    path = args.out
+    if path is None and args.bench:  # `bench scaling` always writes its result
+        path = default_out(device_label(env["device"]), "scaling", env["date"])
+    if path:
+        out = {"kind": "allreduce", "nproc": args.nproc, "environment": env,
                "rows": rows, "fit": fit.as_dict()}
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(out, indent=1))
-        print(f"wrote {args.out}")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(out, indent=1))
+        print(f"wrote {path}")
     return 0
 
 
@@ -100,19 +93,19 @@ def _nccl_log(args: argparse.Namespace) -> int:
     try:
         text = Path(args.log).read_text(errors="replace")
     except OSError as err:
-        raise CommandError(f"{args.log}: cannot read ({err.strerror})") from None
+        raise CommandError(f"{args.log}: cannot read ({err.strerror})") from err
     parsed = parse_nccl_log(text)
     print(json.dumps(parsed.as_dict(), indent=1) if args.json else parsed.verdict)
     return 0
 
 
-def _add_allreduce_args(p: argparse.ArgumentParser) -> None:
+def _add_allreduce_args(p: argparse.ArgumentParser, out_help: str, bench: bool) -> None:
     p.add_argument("--nproc", type=int, default=2, help="ranks (default 2)")
     p.add_argument("--max-mb", type=float, default=64, help="largest message in MiB (64)")
     p.add_argument("--iters", type=int, default=10, help="timed all-reduces per size (10)")
     p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
-    p.add_argument("--out", help="write the rows and the alpha-beta fit as JSON")
-    p.set_defaults(func=_allreduce)
+    p.add_argument("--out", metavar="FILE", help=out_help)
+    p.set_defaults(func=_allreduce, bench=bench)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -151,7 +144,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     d.set_defaults(func=_diagnose)
 
     a = sub.add_parser("allreduce", help="all-reduce sweep (nccl-tests style) + alpha-beta fit")
-    _add_allreduce_args(a)
+    _add_allreduce_args(a, "write the rows and the alpha-beta fit to this JSON file", False)
 
     n = sub.add_parser("nccl-log", help="say which transport an NCCL_DEBUG=INFO log shows")
     n.add_argument("log", help="the log file")
@@ -159,4 +152,5 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     n.set_defaults(func=_nccl_log)
 
     b = bench.add_parser("scaling", help="all-reduce bandwidth sweep and alpha-beta fit")
-    _add_allreduce_args(b)
+    _add_allreduce_args(b, "result JSON file: the rows and the alpha-beta fit (default: "
+                        "benchmarks/results/DEVICE-scaling-YYYY-MM-DD.json)", True)

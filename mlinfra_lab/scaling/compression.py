@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from mlinfra_lab.errors import MlinfraError
 from mlinfra_lab.scaling.config import RunConfig
 
 __all__ = [
@@ -62,7 +63,7 @@ POWERSGD_START = 2  # plain all-reduce steps before PowerSGD starts (2 is its mi
 ONE_BUCKET_MB = 1e4  # a bucket cap larger than the model: one bucket (see the docstring)
 
 
-class UnknownHookError(ValueError):
+class UnknownHookError(MlinfraError, ValueError):
     """A hook name that is neither "allreduce", "fp16" nor "powersgd-R" with R >= 1."""
 
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = ["FAULT_KINDS", "Fault", "FaultSpecError", "RunConfig", "parse_fault"]
 
 # kind -> (required parameter names, optional parameter names)
@@ -42,7 +44,7 @@ FAULT_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-class FaultSpecError(ValueError):
+class FaultSpecError(MlinfraError, ValueError):
     """A fault given on the command line or in a config does not parse."""
 
 

@@ -34,6 +34,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from mlinfra_lab.errors import MlinfraError
 from mlinfra_lab.scaling.config import RunConfig
 from mlinfra_lab.scaling.results import RunResult, save_run, validate
 
@@ -46,7 +47,7 @@ class OversubscribedWarning(UserWarning):
     """More ranks than CPU cores: the run works, but ranks share cores and slow each other."""
 
 
-class RankLostError(RuntimeError):
+class RankLostError(MlinfraError, RuntimeError):
     """A rank died or stopped making progress; the message names it."""
 
 

@@ -32,13 +32,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = ["GpuCounters", "NvmlUnavailable", "describe_counters", "read_counters",
            "sample_counters"]
 
 T = TypeVar("T")
 
 
-class NvmlUnavailable(RuntimeError):
+class NvmlUnavailable(MlinfraError, RuntimeError):
     """No NVML device here: the message says why (module, driver or GPU missing)."""
 
 

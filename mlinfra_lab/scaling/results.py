@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = ["PHASES", "SCHEMA", "ResultFileError", "RunResult", "load_run", "save_run"]
 
 SCHEMA = "mlinfra-scaling-run/1"
@@ -31,7 +33,7 @@ PHASES = ("data_wait", "forward", "backward", "exposed_comm", "optimizer")
 _STEP_KEYS = PHASES + ("step", "comm_total", "comm_bytes")
 
 
-class ResultFileError(ValueError):
+class ResultFileError(MlinfraError, ValueError):
     """A run result file is missing, not JSON, or not a scaling run."""
 
 

@@ -3,6 +3,7 @@
 Contract: ``mlinfra-lab bench staleness`` times the simulator on the acceptance workload
 (64 workers x 20,000 updates of `logreg_problem`, target < 10 s on a 2-core CPU) and writes a
 JSON result; ``mlinfra-lab staleness simulate`` runs one simulation and prints its summary.
+A bad argument raises `StalenessConfigError`, which `mlinfra_lab.cli.main` prints on one line.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _bench(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from mlinfra_lab import staleness as st
-    from mlinfra_lab.cli import CommandError
+    from mlinfra_lab.errors import CommandError
+    from mlinfra_lab.results import default_out
     from mlinfra_lab.runtime import describe
 
     if args.workers < 1 or args.updates < 1 or args.repeats < 1:
@@ -82,11 +84,11 @@ def _bench(args: argparse.Namespace) -> int:
         f"{record['workload']}: best {min(seconds):.2f} s of {len(seconds)} "
         f"(target < 10 s; load average {load})"
     )
-    if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w") as f:
-            json.dump(record, f, indent=2)
-        print(f"wrote {args.output}")
+    out = args.out or default_out("cpu", "staleness", record["date"])  # it runs on the CPU
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(record, f, indent=2)
+    print(f"wrote {out}")
     return 0
 
 
@@ -94,28 +96,24 @@ def _simulate(args: argparse.Namespace) -> int:
     import json
 
     from mlinfra_lab import staleness as st
-    from mlinfra_lab.cli import CommandError
 
     problems = {
         "logreg": st.logreg_problem,
         "mlp": st.mlp_problem,
         "quadratic": lambda: st.quadratic_problem(10, 10.0, noise=0.5),
     }
-    try:
-        speeds = st.WorkerSpeeds.straggler(args.workers, args.slow_factor, 0)
-        policy = _policy(args.policy, args.bound, args.lam)
-        result = st.simulate(
-            problems[args.problem](),
-            speeds,
-            policy,
-            args.updates,
-            args.lr,
-            args.seed,
-            args.momentum,
-            progress=True,
-        )
-    except (st.StalenessConfigError, st.SimulationStalledError) as err:
-        raise CommandError(str(err)) from err
+    speeds = st.WorkerSpeeds.straggler(args.workers, args.slow_factor, 0)
+    policy = _policy(args.policy, args.bound, args.lam)
+    result = st.simulate(
+        problems[args.problem](),
+        speeds,
+        policy,
+        args.updates,
+        args.lr,
+        args.seed,
+        args.momentum,
+        progress=True,
+    )
     print(json.dumps(result.summary(), indent=2))
     return 0
 
@@ -139,10 +137,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     b.add_argument("--repeats", type=int, default=3, help="timed runs; the best is reported")
     b.add_argument(
-        "--output",
+        "--out",
+        metavar="FILE",
         default=None,
-        help="write the JSON result here, e.g. benchmarks/results/staleness-cpu-DATE.json",
+        help="result JSON file (default: benchmarks/results/cpu-staleness-YYYY-MM-DD.json)",
     )
+    b.add_argument("--output", dest="out", help=argparse.SUPPRESS)  # deprecated spelling
     b.set_defaults(func=_bench)
 
     top = commands.add_parser("staleness", help="asynchronous-training staleness simulator")

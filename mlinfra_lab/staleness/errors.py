@@ -7,12 +7,14 @@ hanging. A run whose loss blows up is *not* an error: its `SimResult` is marked 
 
 from __future__ import annotations
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = ["SimulationStalledError", "StalenessConfigError"]
 
 
-class StalenessConfigError(ValueError):
+class StalenessConfigError(MlinfraError, ValueError):
     """A bad argument: negative bound, no workers, non-finite learning rate, ..."""
 
 
-class SimulationStalledError(RuntimeError):
+class SimulationStalledError(MlinfraError, RuntimeError):
     """The event budget ran out before the requested number of updates was applied."""

@@ -38,13 +38,14 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
+from mlinfra_lab.errors import MlinfraError
 from mlinfra_lab.staleness.errors import StalenessConfigError
 from mlinfra_lab.staleness.problems import Problem
 
 __all__ = ["HogwildResult", "HogwildWorkerError", "run_hogwild"]
 
 
-class HogwildWorkerError(RuntimeError):
+class HogwildWorkerError(MlinfraError, RuntimeError):
     """A worker process died; the message quotes its traceback (or says it gave none)."""
 
 

@@ -22,6 +22,8 @@ Design decisions:
 
 from __future__ import annotations
 
+from mlinfra_lab.errors import MlinfraError
+
 __all__ = [
     "ArtifactNameError",
     "DatabaseError",
@@ -34,7 +36,7 @@ __all__ = [
 ]
 
 
-class TrackingError(Exception):
+class TrackingError(MlinfraError):
     """Base class of every error the tracking store raises on purpose."""
 
 
