@@ -45,7 +45,7 @@ TOPIC_CLIS = (_GRADING, _ATTENTION, _SCALING, _CI, _TRACKING, _STALENESS)
 # command -> (the module that registers it, its one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "release": (_GRADING, "write student versions of labs (solutions and hidden tests removed)"),
-    "grade": (_GRADING, "grade submitted lab notebooks with nbval; write a gradebook"),
+    "grade": (_GRADING, "grade submitted lab notebooks, each in a sandbox; write a gradebook"),
     "validate": (
         _GRADING,
         "check every grader passes on the source and fails on the release and on every "

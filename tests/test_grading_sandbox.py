@@ -275,3 +275,21 @@ def test_an_unknown_sandbox_is_refused_with_the_choices():
     with pytest.raises(SandboxUnavailable, match="auto, bwrap, rlimit"):
         make_sandbox("docker")
 
+
+
+def test_the_kernel_gets_the_graders_pythonpath_but_not_the_checkout(tmp_path, monkeypatch):
+    """Packages installed with `pip --target` (a GPU image without Jupyter) reach the kernel
+    through the grader's PYTHONPATH; the checkout on it (which holds the instructor's labs)
+    does not: the kernel sees the mlinfra_lab package alone."""
+    from mlinfra_lab.grading.kernel_runner import kernel_env
+    from mlinfra_lab.grading.sandbox import _python_paths, package_root
+
+    site = tmp_path / "site"
+    site.mkdir()
+    root = package_root()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(root), str(tmp_path / "gone")]))
+    env = kernel_env(tmp_path / "work", ())
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(root), str(site.resolve())]
+    mounted = _python_paths()
+    assert str(site.resolve()) in mounted and str(root / "mlinfra_lab") in mounted
+    assert str(root) not in mounted

@@ -31,7 +31,8 @@ Design decisions:
   ``config.notebook_timeout`` fails its remaining cells with the budget's message.
 - The kernel's environment is built, not inherited: a short allow-list of the grader's
   variables (locale, threads, CUDA/Triton switches), never credentials, plus
-  ``config.env``; its home and caches are the working folder.
+  ``config.env``; its home and caches are the working folder. Its ``PYTHONPATH`` is the
+  package's folder and the grader's own ``PYTHONPATH`` folders (`extra_import_paths`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from .errors import ExecutionError
 from .kernel_reset import TOKEN
 from .markers import is_grader, is_readonly
 from .outcome import CellOutcome
-from .sandbox import Sandbox
+from .sandbox import Sandbox, extra_import_paths, package_root
 
 __all__ = ["INTERRUPT_GRACE", "MAX_MESSAGE_BYTES", "run_notebook"]
 
@@ -69,14 +70,12 @@ _RESET = "__import__('mlinfra_lab.grading.kernel_reset', fromlist=['reset']).{}(
 
 def kernel_env(workdir: Path, extra: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """The kernel's whole environment (see the module docstring)."""
-    import mlinfra_lab
-
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update({
         "HOME": str(workdir), "IPYTHONDIR": str(workdir / ".ipython"),
         "MPLCONFIGDIR": str(workdir / ".matplotlib"), "PYTHONNOUSERSITE": "1",
-        "PYTHONPATH": str(Path(mlinfra_lab.__file__).resolve().parent.parent),
+        "PYTHONPATH": os.pathsep.join([str(package_root()), *extra_import_paths()]),
         "PYDEVD_DISABLE_FILE_VALIDATION": "1", "JUPYTER_PLATFORM_DIRS": "1",
     })
     env.update(dict(extra))

@@ -217,13 +217,33 @@ class RlimitSandbox(Sandbox):
             _kill_marked(f"{self.MARKER_ENV}={self.markers.pop(slot)}")
 
 
-def _python_paths() -> list[str]:
-    """Folders this Python needs, read-only: its prefixes and the mlinfra_lab package."""
+def package_root() -> Path:
+    """The folder that holds the `mlinfra_lab` package (a checkout or site-packages)."""
     import mlinfra_lab
 
+    return Path(mlinfra_lab.__file__).resolve().parent.parent
+
+
+def extra_import_paths() -> list[str]:
+    """The grader's ``PYTHONPATH`` folders, for the kernel too (packages installed with
+    ``pip --target``, as on a cluster or a GPU image without Jupyter). The folder holding
+    `mlinfra_lab` is left out: in a checkout it also holds the instructor's labs, and the
+    kernel gets the package alone."""
+    root = package_root()
+    out = []
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        path = Path(entry).resolve() if entry else None
+        if path and path.is_dir() and path != root and not (path / "mlinfra_lab").exists():
+            out.append(str(path))
+    return list(dict.fromkeys(out))
+
+
+def _python_paths() -> list[str]:
+    """Folders this Python needs, read-only: its prefixes, the grader's `extra_import_paths`
+    and the mlinfra_lab package."""
     exe = Path(sys.executable)
     paths = {sys.prefix, sys.base_prefix, str(exe.resolve().parent.parent),
-             str(Path(mlinfra_lab.__file__).resolve().parent)}
+             str(package_root() / "mlinfra_lab"), *extra_import_paths()}
     return sorted(p for p in paths if p and Path(p).is_dir())
 
 

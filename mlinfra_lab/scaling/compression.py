@@ -215,11 +215,17 @@ def compression_bench(hooks: tuple[str, ...] = HOOKS, nproc: int = 2,
     for name in hooks:
         _hook_and_state(name, None)  # a bad name fails here, before any process starts
     payload = {"hooks": list(hooks), "config": config.to_dict(), "backend": "gloo"}
-    rows = _run_group(nproc, "compression", payload, config.timeout_s, 0, show_progress)[0]
+    rows = _run_group(nproc, run_rank, payload, config.timeout_s, 0, show_progress)[0]
     return [CompressionRow(**r) for r in rows]
 
 
 def run_rank(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """The rank's side of `compression_bench` (called by the launcher)."""
+    import torch
+
     config = RunConfig.from_dict(payload["config"])
+    # powerSGD_hook calls torch.cuda.synchronize(bucket.device) whenever CUDA is available,
+    # which raises for the CPU buckets measured here on a GPU machine (torch 2.11 to 2.13).
+    # This rank process never touches the GPU, so it tells the hook there is none.
+    torch.cuda.is_available = lambda: False
     return [asdict(measure_hook(name, config)) for name in payload["hooks"]]

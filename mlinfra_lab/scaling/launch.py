@@ -30,6 +30,7 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,8 @@ def _forwarded_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED)}
 
 
-def _child(rank: int, world: int, port: int, job: str, payload: dict[str, Any],
-           outdir: str, beats: Any, timeout_s: float, env: dict[str, str]) -> None:
+def _child(rank: int, world: int, port: int, job: str | Callable[[dict[str, Any]], Any],
+           payload: dict[str, Any], outdir: str, beats: Any, timeout_s: float, env: dict[str, str]) -> None:
     # The fork server was started with the environment of the first launch: replace its
     # communication settings with the launcher's current ones.
     for key in [k for k in os.environ if k.startswith(_FORWARDED) and k not in env]:
@@ -95,10 +96,8 @@ def _child(rank: int, world: int, port: int, job: str, payload: dict[str, Any],
             config = RunConfig.from_dict(payload)
             trace = os.path.join(outdir, "trace.json") if config.trace and rank == 0 else None
             record: Any = harness.run_rank(config, out_trace=trace, heartbeat=beat)
-        elif job == "compression":
-            from mlinfra_lab.scaling import compression
-
-            record = compression.run_rank(payload)
+        elif callable(job):  # a module-level function, pickled by name: its module imports us
+            record = job(payload)
         else:
             from mlinfra_lab.scaling.allreduce import allreduce_bench
 
@@ -114,8 +113,8 @@ def _child(rank: int, world: int, port: int, job: str, payload: dict[str, Any],
         dist.destroy_process_group()
 
 
-def _run_group(nproc: int, job: str, payload: dict[str, Any], timeout_s: float,
-               total_steps: int, show_progress: bool) -> list[Any]:
+def _run_group(nproc: int, job: str | Callable[[dict[str, Any]], Any],
+               payload: dict[str, Any], timeout_s: float, total_steps: int, show_progress: bool) -> list[Any]:
     import torch.multiprocessing as mp
 
     if nproc < 1:
