@@ -42,11 +42,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from mlinfra_lab.errors import MlinfraError
 from mlinfra_lab.scaling.config import RunConfig
 from mlinfra_lab.scaling.results import SCHEMA
 from mlinfra_lab.scaling.workload import SyntheticBatches, build_model, shared_lock_path
 
-__all__ = ["assemble", "environment", "main", "resolve_backend", "run_rank"]
+__all__ = ["BackendError", "assemble", "environment", "main", "resolve_backend", "run_rank"]
 
 Heartbeat = Callable[[int, int], None]  # (step, phase index) -> None
 PHASE_CODES = {"data": 0, "forward": 1, "backward": 2, "optimizer": 3, "done": 4}
@@ -265,10 +266,25 @@ def assemble(config: RunConfig, world_size: int, backend: str,
     }
 
 
-def resolve_backend(requested: str) -> str:
-    """"auto" -> nccl when CUDA is usable, else gloo."""
+class BackendError(MlinfraError, ValueError):
+    """The requested process-group backend cannot run this many ranks here."""
+
+
+def resolve_backend(requested: str, ranks_per_host: int = 1) -> str:
+    """"auto" -> nccl when every local rank can have a GPU of its own, else gloo.
+
+    NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so two ranks on a one-GPU
+    machine (a Colab, a laptop) run on gloo, on the CPU. Asking for nccl there raises.
+    """
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if requested == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        return "nccl" if 0 < ranks_per_host <= gpus else "gloo"
+    if requested == "nccl" and ranks_per_host > gpus:
+        raise BackendError(
+            f"backend nccl needs one GPU per rank: {ranks_per_host} ranks, {gpus} GPU(s) here; "
+            f"use backend='gloo' (or 'auto'), or at most {gpus} ranks")
+    if requested not in ("gloo", "nccl"):
+        raise BackendError(f"unknown backend {requested!r}: use 'auto', 'gloo' or 'nccl'")
     return requested
 
 
@@ -279,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="result file written by rank 0")
     args = parser.parse_args(argv)
     config = RunConfig.from_dict(json.loads(Path(args.config).read_text()))
-    backend = resolve_backend(config.backend)
+    backend = resolve_backend(config.backend, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     from datetime import timedelta

@@ -86,7 +86,7 @@ def _child(rank: int, world: int, port: int, job: str | Callable[[dict[str, Any]
         beats[3 * rank: 3 * rank + 3] = [float(step), float(phase), time.time()]
 
     beat(-1, 0)
-    backend = harness.resolve_backend(payload.get("backend", "auto"))
+    backend = harness.resolve_backend(payload.get("backend", "auto"), world)
     if backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
     # Longer than the watcher's timeout, so the watcher names the lost rank first.
@@ -117,10 +117,14 @@ def _run_group(nproc: int, job: str | Callable[[dict[str, Any]], Any],
                payload: dict[str, Any], timeout_s: float, total_steps: int, show_progress: bool) -> list[Any]:
     import torch.multiprocessing as mp
 
+    from mlinfra_lab.scaling.harness import resolve_backend
+
     if nproc < 1:
         raise ValueError(f"nproc must be at least 1, got {nproc}")
+    # Resolved once, here: a bad request fails before any process starts, and every rank agrees.
+    payload = {**payload, "backend": resolve_backend(payload.get("backend", "auto"), nproc)}
     cores = os.cpu_count() or 1
-    if nproc > cores and payload.get("backend", "auto") != "nccl":
+    if nproc > cores and payload["backend"] != "nccl":
         warnings.warn(
             f"{nproc} ranks on {cores} CPU cores: ranks will share cores and timings include "
             f"that contention; use --nproc {cores} or fewer for clean numbers",
@@ -203,7 +207,7 @@ def profile(config: RunConfig, nproc: int, out: str | Path | None = None,
     trace_text = records[0].pop("trace_text", None)
     if trace_text is not None and out is not None:
         records[0]["trace"]["path"] = Path(out).with_suffix(".trace.json").name
-    result = validate(assemble(config, nproc, resolve_backend(config.backend), records))
+    result = validate(assemble(config, nproc, resolve_backend(config.backend, nproc), records))
     if out is not None:
         save_run(result, out)
         if trace_text is not None:
