@@ -359,10 +359,13 @@ def _pruner(fp32_config: Any) -> Callable[..., list[Any]]:
     """An ``early_config_prune`` that autotunes only where the search pays for itself.
 
     Float32 inputs (IEEE-precision dots: not Tensor Core speed, slow to compile, used for
-    accuracy demos) run `fp32_config`, a small tile whose K/V stages fit shared memory at
-    4 bytes per element; sequences of at most `SHORT_SEQUENCE` tokens run the list's first
-    config. Each then costs one compile instead of one per config plus timing runs (a
-    chapter cell with two fp32 shapes took 205 s on the H200 while autotuning).
+    accuracy demos) run `fp32_config`, a small single-stage tile: IEEE dots unroll into
+    FMAs, so compile time grows with the tile (on the H200, fresh cache, forward and
+    backward at D=80: 54 s at 64 x 32 with 2 stages, 8 s at 32 x 16 with 1 stage, same
+    error; ``benchmarks/results/h200-fp32-compile-2026-12-04.json``).
+    Sequences of at most `SHORT_SEQUENCE` tokens run the list's first config. Each then
+    costs one compile instead of one per config plus timing runs (a chapter cell with two
+    fp32 shapes took 205 s on the H200 while autotuning).
     """
 
     def prune(configs: list[Any], named_args: dict[str, Any], **kwargs: Any) -> list[Any]:
@@ -384,15 +387,15 @@ def kernels() -> dict[str, Any]:
 
     def tuned(cfgs: list[Any], fp32: tuple[int, int], kernel: Any) -> Any:
         fp32_config = triton.Config({"BLOCK_M": fp32[0], "BLOCK_N": fp32[1]}, num_warps=4,
-                                    num_stages=2)
+                                    num_stages=1)
         return triton.autotune(cfgs, key=key,
                                prune_configs_by={"early_config_prune": _pruner(fp32_config)}
                                )(kernel)
 
     return {  # fp32 tiles keep each kernel's constraint (see `configs`)
-        "fwd": tuned(fwd_cfg, (64, 32), _fwd_kernel),
-        "fwd_v2": tuned(fwd_cfg, (64, 32), _fwd_kernel_v2),
+        "fwd": tuned(fwd_cfg, (32, 16), _fwd_kernel),
+        "fwd_v2": tuned(fwd_cfg, (32, 16), _fwd_kernel_v2),
         "delta": _bwd_delta_kernel,
-        "dkdv": tuned(dkdv_cfg, (32, 64), _bwd_dkdv_kernel),
-        "dq": tuned(dq_cfg, (64, 32), _bwd_dq_kernel),
+        "dkdv": tuned(dkdv_cfg, (16, 32), _bwd_dkdv_kernel),
+        "dq": tuned(dq_cfg, (32, 16), _bwd_dq_kernel),
     }

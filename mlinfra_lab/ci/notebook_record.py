@@ -22,6 +22,7 @@ import argparse
 import datetime as dt
 import json
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-__all__ = ["device_info", "main", "record_notebooks", "run_notebook"]
+__all__ = ["device_info", "failure_reason", "main", "record_notebooks", "run_notebook"]
 
 
 def device_info() -> dict[str, Any]:
@@ -54,8 +55,25 @@ def device_info() -> dict[str, Any]:
     return info
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m|#x1B\[[0-9;]*m")
+
+
+def failure_reason(text: str) -> str:
+    """What a reader needs from nbval's failure text: its ``Cell N: why`` line (a timeout, or
+    "Cell execution caused an exception") and the exception's own last line.
+
+    nbval's report opens with the same banner for every failure ("Notebook cell execution
+    failed"), so its first line tells nothing; the colour codes are dropped.
+    """
+    lines = [ln.strip() for ln in _ANSI.sub("", text).splitlines() if ln.strip()]
+    why = next((ln for ln in lines if re.match(r"Cell \d+: ", ln)), "")
+    tail = lines[-1] if lines else ""
+    parts = [part for part in (why, tail) if part and part != "Notebook cell execution failed"]
+    return " | ".join(dict.fromkeys(parts))[:400] or "failed"
+
+
 def _cells_from_junit(path: Path) -> list[dict[str, Any]]:
-    """Per nbval cell item: name, seconds and the first line of its failure (if any)."""
+    """Per nbval cell item: name, seconds and why it failed (if it did)."""
     if not path.exists():
         return []
     cells = []
@@ -65,8 +83,7 @@ def _cells_from_junit(path: Path) -> list[dict[str, Any]]:
             failure = case.find("error")
         message = ""
         if failure is not None:
-            text = (failure.get("message") or failure.text or "").strip()
-            message = text.splitlines()[0][:300] if text else "failed"
+            message = failure_reason(f"{failure.get('message') or ''}\n{failure.text or ''}")
         cells.append({"cell": case.get("name", ""), "seconds": float(case.get("time", 0.0)),
                       "failed": failure is not None, "message": message})
     return cells
@@ -91,6 +108,7 @@ def run_notebook(notebook: Path, cell_timeout: float) -> dict[str, Any]:
         "failed_cells": [{"cell": c["cell"], "message": c["message"]} for c in failed],
         "seconds": round(seconds, 1),
         "slowest_cell_seconds": round(max((c["seconds"] for c in cells), default=0.0), 1),
+        "slowest_cell": max(cells, key=lambda c: c["seconds"])["cell"] if cells else None,
         "exit_code": proc.returncode,
     }
     if not cells:  # nothing collected: keep the end of pytest's output as the reason
@@ -116,7 +134,10 @@ def record_notebooks(paths: list[Path], cell_timeout: float = 60.0,
         if progress:
             state = "passed" if entry["passed"] else f"FAILED ({len(entry['failed_cells'])} cells)"
             print(f"[{k}/{len(notebooks)}] {notebook}: {state} in {entry['seconds']:.0f} s "
-                  f"(slowest cell {entry['slowest_cell_seconds']:.0f} s)", flush=True)
+                  f"(slowest: {entry['slowest_cell']}, {entry['slowest_cell_seconds']:.0f} s)",
+                  flush=True)
+            for cell in entry["failed_cells"]:
+                print(f"    {cell['cell']}: {cell['message']}", flush=True)
     return {
         "kind": "notebooks",
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

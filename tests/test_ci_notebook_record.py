@@ -1,0 +1,32 @@
+"""The GPU notebook record says why a cell failed, not only that it did."""
+
+import nbformat
+
+from mlinfra_lab.ci.notebook_record import failure_reason, record_notebooks
+
+
+def _notebook(path, *sources):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_failure_reason_keeps_the_cause_and_drops_the_banner():
+    text = ("\x1b[91mNotebook cell execution failed\x1b[0m\n\x1b[94mCell 3: Cell execution caused "
+            "an exception\n\nInput:\n1/0\nTraceback:\n...\nZeroDivisionError: division by zero\n")
+    assert failure_reason(text) == ("Cell 3: Cell execution caused an exception | "
+                                    "ZeroDivisionError: division by zero")
+    assert failure_reason("") == "failed"
+
+
+def test_record_names_the_error_the_timeout_and_the_slowest_cell(tmp_path):
+    ok = _notebook(tmp_path / "a_ok.ipynb", "x = 1", "import time; time.sleep(1.5)")
+    bad = _notebook(tmp_path / "b_bad.ipynb", "1 / 0", "import time; time.sleep(30)")
+    record = record_notebooks([tmp_path], cell_timeout=4, progress=False)
+    first, second = record["notebooks"]
+    assert first["notebook"] == str(ok) and first["passed"] and first["slowest_cell"] == "Cell 1"
+    assert second["notebook"] == str(bad) and not second["passed"] and not record["all_passed"]
+    reasons = {c["cell"]: c["message"] for c in second["failed_cells"]}
+    assert "ZeroDivisionError" in reasons["Cell 0"], reasons
+    assert "Timeout of 4 seconds" in reasons["Cell 1"], reasons
