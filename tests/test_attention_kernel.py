@@ -199,6 +199,23 @@ def test_autotune_is_skipped_for_fp32_and_short_sequences():
     assert prune(configs, {"n_q": 100, "n_k": 4096}, PRECISION="tf32") == configs
 
 
+def test_autotune_off_keeps_float32_on_its_own_tile(monkeypatch):
+    """MLINFRA_ATTENTION_AUTOTUNE=0 keeps every GPU list longer than one config, so the pruner
+    still runs: Triton launches a lone config without pruning, and float32 then compiled a
+    128 x 64 IEEE tile for over a minute (chapter 1's head-dim cell timed out on the H200)."""
+    from mlinfra_lab.attention import _flash_kernels as fk
+
+    monkeypatch.setenv("MLINFRA_ATTENTION_AUTOTUNE", "0")
+    monkeypatch.setattr(fk.runtime, "triton_interpreted", lambda: False)
+    for capability in ((9, 0), (8, 0), (7, 5)):
+        monkeypatch.setattr(fk.torch.cuda, "get_device_capability", lambda c=capability: c)
+        assert all(len(cfgs) > 1 for cfgs in fk.configs()), capability
+    prune = fk._pruner("fp32-tile")
+    long = {"n_q": 4096, "n_k": 4096}
+    assert prune(["first", "second"], long, PRECISION="tf32") == ["first"]
+    assert prune(["first", "second"], long, PRECISION="ieee") == ["fp32-tile"]
+
+
 def test_batch_chunks_past_the_grid_row_limit_give_the_same_result(monkeypatch):
     """batch x heads above CUDA's 65,535 grid rows is launched in batch chunks (the H200
     refused 512 x 128 heads in one launch); the chunked result equals the one-launch one."""

@@ -326,8 +326,9 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, n_q, n_k, qk_scale, sm_scale,
 def configs() -> tuple[list[Any], list[Any], list[Any]]:
     """Tile configs for the forward, dK/dV and dQ kernels on the device found.
 
-    ``MLINFRA_ATTENTION_AUTOTUNE=0`` in the environment keeps only the first config of each
-    list (tests on a GPU: one compile per shape class instead of a dozen).
+    On a GPU every list holds more than one config: Triton's autotuner calls the pruner
+    (`_pruner`: float32's own tile, ``MLINFRA_ATTENTION_AUTOTUNE=0``) only then, and runs a
+    lone config as it is, float32 included (a 128 x 64 IEEE tile took over 60 s to compile).
     Constraints: forward and dQ need BLOCK_M % BLOCK_N == 0 (their diagonal loop steps by
     BLOCK_N from a multiple of BLOCK_M); dK/dV needs BLOCK_N % BLOCK_M == 0.
     """
@@ -343,8 +344,6 @@ def configs() -> tuple[list[Any], list[Any], list[Any]]:
                cfg(128, 128, 8, 3), cfg(64, 64, 4, 4)]
         dkdv = [cfg(32, 128, 4, 3), cfg(64, 128, 8, 3), cfg(64, 64, 4, 3)]
         dq = [cfg(128, 32, 4, 3), cfg(128, 64, 8, 3), cfg(64, 64, 4, 3)]
-        if os.environ.get("MLINFRA_ATTENTION_AUTOTUNE", "1") == "0":
-            return fwd[:1], dkdv[:1], dq[:1]
         return fwd, dkdv, dq
     # Other GPUs (Ampere, Ada, Colab's T4): modest tiles that fit 100 KB of shared memory.
     return ([cfg(64, 32, 4, 2), cfg(64, 64, 4, 2)], [cfg(32, 64, 4, 2), cfg(64, 64, 4, 2)],
@@ -366,12 +365,16 @@ def _pruner(fp32_config: Any) -> Callable[..., list[Any]]:
     Sequences of at most `SHORT_SEQUENCE` tokens run the list's first config. Each then
     costs one compile instead of one per config plus timing runs (a chapter cell with two
     fp32 shapes took 205 s on the H200 while autotuning).
+    ``MLINFRA_ATTENTION_AUTOTUNE=0`` in the environment keeps only the list's first config
+    (tests on a GPU: one compile per shape class instead of a dozen); float32 keeps its tile.
     """
 
     def prune(configs: list[Any], named_args: dict[str, Any], **kwargs: Any) -> list[Any]:
         args = {**named_args, **kwargs}
         if args.get("PRECISION") == "ieee":
             return [fp32_config]
+        if os.environ.get("MLINFRA_ATTENTION_AUTOTUNE", "1") == "0":
+            return configs[:1]
         if max(int(args["n_q"]), int(args["n_k"])) <= SHORT_SEQUENCE:
             return configs[:1]
         return configs

@@ -1,10 +1,10 @@
-"""Execute notebooks under nbval, one at a time, and write a dated record of the run.
+"""Execute notebooks under nbval, each in its own process, and write a dated record of the run.
 
 Contract: ``python -m mlinfra_lab.ci.notebook_record --out FILE.json NOTEBOOK_OR_DIR...``
-runs every notebook with ``pytest --nbval-lax`` (a per-cell timeout, default 60 s) and
-writes a JSON record: the device and software versions, the date, and per notebook whether
-it passed, its cells, its wall-clock seconds, its slowest cell and the first line of every
-failing cell. The exit status is 1 when any notebook failed, so ``make test-gpu`` fails too.
+runs every notebook with ``pytest --nbval-lax`` (a per-cell timeout, default 60 s;
+``--jobs N`` notebooks at once) and writes a JSON record: the device and software versions,
+the date, and per notebook whether it passed, its cells, its wall-clock seconds, its slowest
+cell and, for every failing cell, why (the timeout or the exception). The exit status is 1 when any notebook failed, so ``make test-gpu`` fails too.
 
 Design decisions:
 - One pytest process per notebook: a notebook that kills its kernel or hangs costs only its
@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +118,9 @@ def run_notebook(notebook: Path, cell_timeout: float) -> dict[str, Any]:
 
 
 def record_notebooks(paths: list[Path], cell_timeout: float = 60.0,
-                     progress: bool = True) -> dict[str, Any]:
-    """Run every notebook of `paths` (files, or folders searched for ``*.ipynb``)."""
+                     progress: bool = True, jobs: int = 1) -> dict[str, Any]:
+    """Run every notebook of `paths` (files, or folders searched for ``*.ipynb``), `jobs` at
+    a time (each in its own pytest process; seconds then include the others' load)."""
     notebooks: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -127,22 +129,30 @@ def record_notebooks(paths: list[Path], cell_timeout: float = 60.0,
             notebooks.append(path)
         else:
             raise FileNotFoundError(f"{path}: not a notebook or a folder of notebooks")
-    entries = []
-    for k, notebook in enumerate(notebooks, 1):
-        entry = run_notebook(notebook, cell_timeout)
-        entries.append(entry)
-        if progress:
-            state = "passed" if entry["passed"] else f"FAILED ({len(entry['failed_cells'])} cells)"
-            print(f"[{k}/{len(notebooks)}] {notebook}: {state} in {entry['seconds']:.0f} s "
-                  f"(slowest: {entry['slowest_cell']}, {entry['slowest_cell_seconds']:.0f} s)",
-                  flush=True)
-            for cell in entry["failed_cells"]:
-                print(f"    {cell['cell']}: {cell['message']}", flush=True)
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+
+    def report(k: int, notebook: Path, entry: dict[str, Any]) -> None:
+        state = "passed" if entry["passed"] else f"FAILED ({len(entry['failed_cells'])} cells)"
+        print(f"[{k}/{len(notebooks)}] {notebook}: {state} in {entry['seconds']:.0f} s "
+              f"(slowest: {entry['slowest_cell']}, {entry['slowest_cell_seconds']:.0f} s)",
+              flush=True)
+        for cell in entry["failed_cells"]:
+            print(f"    {cell['cell']}: {cell['message']}", flush=True)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on processes
+        futures = [pool.submit(run_notebook, nb, cell_timeout) for nb in notebooks]
+        entries = []
+        for k, (notebook, future) in enumerate(zip(notebooks, futures, strict=True), 1):
+            entries.append(future.result())
+            if progress:
+                report(k, notebook, entries[-1])
     return {
         "kind": "notebooks",
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "device": device_info(),
         "cell_timeout_s": cell_timeout,
+        "jobs": jobs,
         "command": "python -m mlinfra_lab.ci.notebook_record (pytest --nbval-lax per notebook)",
         "all_passed": all(e["passed"] for e in entries) and bool(entries),
         "notebooks": entries,
@@ -160,11 +170,16 @@ def main(argv: list[str] | None = None) -> int:
                         "benchmarks/results/h200-notebooks-YYYY-MM-DD.json")
     parser.add_argument("--cell-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="a cell running longer fails (default: 60)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="notebooks run at once (default: 1; more on a many-core host, and "
+                        "the seconds recorded then include the others' load)")
     args = parser.parse_args(argv)
     if args.cell_timeout <= 0:
         parser.error("--cell-timeout must be a positive number of seconds")
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
     try:
-        record = record_notebooks(args.paths, args.cell_timeout)
+        record = record_notebooks(args.paths, args.cell_timeout, jobs=args.jobs)
     except FileNotFoundError as err:
         parser.error(str(err))
     args.out.parent.mkdir(parents=True, exist_ok=True)
