@@ -15,7 +15,8 @@ Two stages:
   `_build/html`. Under make a missing build fails; run by hand, those tests skip and say so.
 
 Design decisions:
-- A secret is a line of a solution block, hidden-test block or wrong-answer cell of
+- A secret is a line of a solution block, hidden-test block, wrong-answer cell or written
+  answer's model (a `manual` cell) of
   `labs/`, whitespace-normalised, that is not trivial (fewer than two names or numbers
   besides Python keywords: `else:`, `return out`, `pass`, lone brackets) and that occurs in
   no public source (the student notebooks, the chapters, the intro): a line the course
@@ -57,6 +58,7 @@ BEGIN_END = {
     "hidden test": ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"),
 }
 WRONG_ANSWER_TAG = "wrong-answer"
+MANUAL_TAG = "manual"
 
 
 def _student_labs_module() -> Any:
@@ -151,7 +153,7 @@ def occurs(line: str, text: str) -> bool:
 @dataclass(frozen=True)
 class Secret:
     lab: str  # file name in labs/
-    kind: str  # "solution", "hidden test" or "wrong answer"
+    kind: str  # "solution", "hidden test", "wrong answer" or "model answer"
     line: str  # whitespace-normalised
 
 
@@ -175,12 +177,16 @@ def marked_lines(source: str, begin: str, end: str) -> list[str]:
 
 
 def lab_secret_lines(nb: Any) -> list[tuple[str, str]]:
-    """(kind, normalised line) of every solution, hidden-test and wrong-answer line of `nb`."""
+    """(kind, normalised line) of every solution, hidden-test, wrong-answer and model-answer
+    line of `nb`."""
     found = []
     for cell in nb["cells"]:
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if WRONG_ANSWER_TAG in cell.get("metadata", {}).get("tags", []):
             found += [("wrong answer", line) for line in source.splitlines()]
+            continue
+        if MANUAL_TAG in cell.get("metadata", {}).get("tags", []):  # a written answer's model
+            found += [("model answer", line) for line in source.splitlines()]
             continue
         for kind, (begin, end) in BEGIN_END.items():
             found += [(kind, line) for line in marked_lines(source, begin, end)]

@@ -14,6 +14,8 @@ The workflow of an instructor, one module per step:
 - `secret`: `grading_rng` / `grading_seed`, hidden-test inputs drawn from the grading secret.
 - `execute`: run notebooks under ``pytest --nbval-lax`` and read each cell's outcome.
 - `grade`: score each grader cell; `gradebook`: write the CSV and JSON.
+- `manual`: written answers (markdown cells tagged ``manual``) that grading lists for the
+  instructor; `manual_scores`: merge the instructor's points back (``grade --manual``).
 - `validate`: prove every grader passes on the source and fails on the release and on
   every wrong answer.
 
@@ -35,6 +37,8 @@ from .forbid import forbid_calls, forbidden_codes, guard_source
 from .grade import CellResult, GradeConfig, GradeReport, GradeResult, grade_submissions
 from .gradebook import csv_safe, gradebook_rows, write_gradebook
 from .manifest import ManifestError, Verification, verify_gradebook
+from .manual import ManualCell, manual_cells
+from .manual_scores import ManualScoreError, merge_manual_scores
 from .markers import (
     GraderCell,
     ReadonlyCell,
@@ -65,6 +69,8 @@ __all__ = [
     "GraderCell",
     "GradingError",
     "ManifestError",
+    "ManualCell",
+    "ManualScoreError",
     "MarkerError",
     "ReadonlyCell",
     "RestoreNote",
@@ -87,6 +93,8 @@ __all__ = [
     "grading_seed",
     "guard_source",
     "load_source_labs",
+    "manual_cells",
+    "merge_manual_scores",
     "readonly_cells",
     "release_dir",
     "release_node",

@@ -95,6 +95,11 @@ machine: --jobs N; a cluster: one batch-scheduler job per chunk, same --source a
 secret), then 'grade --merge CHUNK_DIR... --out GRADEBOOK_DIR' verifies every chunk
 and writes one gradebook with a fresh manifest.
 
+Written answers (markdown cells tagged 'manual' in the source labs) are not run: grading
+lists each in GRADEBOOK_DIR/manual.csv with the student's text and an empty points column.
+Fill in the points, then 'grade --manual manual.csv --out GRADEBOOK_DIR' merges them
+(verified first; empty points stay pending, so you can merge more than once).
+
 Output: GRADEBOOK_DIR/gradebook.csv (student, lab, exercise, points, max, message; text
 that a spreadsheet would run as a formula starts with '), gradebook.json (plus per-cell
 detail) and manifest.json (SHA-256 of both, of every submission as graded and of the
@@ -199,6 +204,26 @@ def _merge(args: argparse.Namespace, secret: str) -> int:
     return 0 if report.ok else 1
 
 
+def _manual(args: argparse.Namespace, secret: str) -> int:
+    from .errors import GradingError
+    from .gradebook import write_gradebook
+    from .manual_scores import merge_manual_scores
+
+    if not args.out or args.submissions or args.source or args.merge:
+        raise CommandError("grade --manual SCORES.csv takes the gradebook folder as --out "
+                           "GRADEBOOK_DIR only (no submissions, no --source, no --merge)")
+    try:
+        report, merged = merge_manual_scores(args.out, args.manual, secret)
+    except GradingError as err:
+        raise CommandError(str(err)) from err
+    csv_path, _ = write_gradebook(report, args.out, secret)
+    pending = sum(c.manual and c.message.startswith("needs manual") for r in report.results
+                  for c in r.cells)
+    print(f"merged {merged} hand-graded answers from {args.manual}; {pending} still pending "
+          f"-> {csv_path}")
+    return 0
+
+
 def _grade(args: argparse.Namespace) -> int:
     import os
 
@@ -211,6 +236,8 @@ def _grade(args: argparse.Namespace) -> int:
         if args.secret is not None and not args.secret:
             raise CommandError("--secret must not be empty")
         return _verify(args, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
+    if args.manual:
+        return _manual(args, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
     if args.merge:
         return _merge(args, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
     if not args.submissions or not args.source or not args.out:
@@ -286,6 +313,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     grade.add_argument("--merge", metavar="CHUNK_DIR", nargs="+", default=None,
                        help="grade nothing: merge the gradebooks of chunks graded apart "
                        "(each verified first, with the secret) into --out")
+    grade.add_argument("--manual", metavar="SCORES.csv", default=None,
+                       help="grade nothing: merge the points of hand-graded written answers "
+                       "(manual.csv, filled in) into the gradebook of --out (verified "
+                       "first, with the secret)")
     grade.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                        help="per-cell time limit; a cell running longer is interrupted "
                        "and fails (default: 60)")

@@ -8,6 +8,9 @@ each) and never stop the batch. Nothing is written; `write_gradebook` does that.
 Design decisions:
 - The score of a grader is all or nothing: the cell passed (points) or not (0). Partial
   credit is several grader cells sharing one exercise.
+- Written answers (markdown cells tagged ``manual``) are not run: each is listed with the
+  student's text, 0 of its points and "needs manual grading", until the instructor's
+  points are merged (`manual_scores`).
 - A grader that did not run (the kernel died, the batch's safety timeout) scores 0 with a
   message saying so, like a failed one: a submission "scores what passed".
 - Each submission runs in its own kernel and sandbox (see `execute`, `sandbox`); the
@@ -36,11 +39,13 @@ from pathlib import Path
 
 from .budgets import memory_message
 from .execute import CellOutcome, ExecutionConfig, run_notebooks
+from .manual import PENDING, ManualCell, answer_of
 from .restore import RestoreNote, restore_graders
 from .sandbox import Sandbox, make_sandbox
 from .submissions import SourceLab, SubmissionProblem, find_submissions, load_source_labs
 
-__all__ = ["CellResult", "GradeConfig", "GradeReport", "GradeResult", "grade_submissions"]
+__all__ = ["CellResult", "GradeConfig", "GradeReport", "GradeResult", "grade_submissions",
+           "pending_result"]
 
 GradeConfig = ExecutionConfig  # the grading knobs are the execution knobs (per-cell timeout)
 
@@ -55,6 +60,8 @@ class CellResult:
     max_points: float
     passed: bool
     message: str  # why it failed, and/or what was restored; "" when it simply passed
+    manual: bool = False  # a written answer, scored by hand (see `manual`)
+    answer: str = ""  # the student's text of a written answer
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,13 @@ def _score(outcome: CellOutcome | None, points: float, note: str,
     return 0.0, False, f"{message}; {note}" if note else message
 
 
+def pending_result(cell: ManualCell, answer: str) -> CellResult:
+    """The gradebook entry of a written answer before the instructor has scored it."""
+    message = PENDING if answer else f"{PENDING} (no answer: the cell is empty or missing)"
+    return CellResult(cell.cell_id, cell.exercise, 0.0, cell.points, False, message,
+                      manual=True, answer=answer)
+
+
 def sandbox_warnings(sandbox: Sandbox) -> list[str]:
     """What a report says about a sandbox weaker than bubblewrap."""
     if sandbox.kind == "bwrap":
@@ -195,6 +209,7 @@ def grade_submissions(
             points, passed, message = _score(ran.get(g.cell_id), g.points, messages[g.cell_id],
                                              config.memory_limit)
             cells.append(CellResult(g.cell_id, g.exercise, points, g.points, passed, message))
+        cells += [pending_result(m, answer_of(sub.notebook, m)) for m in labs[sub.lab].manual]
         budget_notes = [o.message for o in ran.values() if o.outcome == "note"]
         warnings += [f"{sub.path}: {note}" for note in budget_notes]
         results.append(GradeResult(sub.student, sub.lab, str(sub.path), tuple(cells),

@@ -23,6 +23,9 @@ Design decisions:
   so a student folder named ``=1+1`` stays text in a spreadsheet. The JSON keeps the
   values as they are.
 - The JSON records the config and the date, so a grade can be traced to how it was made.
+- Written answers (see `manual`) also go to ``manual.csv``, one row per answer with its
+  text and an empty points column: the sheet the instructor fills in and merges back with
+  ``grade --manual``. It is sealed in the manifest like the other two files.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pathlib import Path
 
 from .grade import GradeReport
 from .manifest import write_files
+from .manual_scores import SHEET_COLUMNS, manual_sheet_rows
 from .secret import SECRET_ENV, current_secret
 
 __all__ = ["COLUMNS", "csv_safe", "gradebook_rows", "write_gradebook"]
@@ -78,6 +82,14 @@ def gradebook_rows(report: GradeReport) -> list[dict]:
     return rows
 
 
+def _csv(columns: tuple[str, ...], rows: list[dict]) -> bytes:
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows({k: csv_safe(v) for k, v in row.items()} for row in rows)
+    return text.getvalue().encode("utf-8")
+
+
 def write_gradebook(report: GradeReport, out_dir: Path | str,
                     secret: str | None = None) -> tuple[Path, Path]:
     """Write ``gradebook.csv``, ``gradebook.json`` and ``manifest.json`` into `out_dir`,
@@ -86,10 +98,6 @@ def write_gradebook(report: GradeReport, out_dir: Path | str,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = gradebook_rows(report)
-    text = io.StringIO(newline="")
-    writer = csv.DictWriter(text, fieldnames=COLUMNS)
-    writer.writeheader()
-    writer.writerows({k: csv_safe(v) for k, v in row.items()} for row in rows)
     payload = {
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "columns": list(COLUMNS),
@@ -98,7 +106,10 @@ def write_gradebook(report: GradeReport, out_dir: Path | str,
     }
     if secret is None:
         secret = dict(report.config.env).get(SECRET_ENV) or current_secret()
-    write_files(out, {"gradebook.csv": text.getvalue().encode("utf-8"),
-                      "gradebook.json": (json.dumps(payload, indent=2) + "\n").encode("utf-8")},
-                report, secret)
+    files = {"gradebook.csv": _csv(COLUMNS, rows),
+             "gradebook.json": (json.dumps(payload, indent=2) + "\n").encode("utf-8")}
+    sheet = manual_sheet_rows(report)
+    if sheet:  # the written answers, for the instructor to score (``grade --manual``)
+        files["manual.csv"] = _csv(SHEET_COLUMNS, sheet)
+    write_files(out, files, report, secret)
     return out / "gradebook.csv", out / "gradebook.json"

@@ -4,7 +4,8 @@ Contract: `release_notebook(src, out)` writes the student notebook of one instru
 `release_dir(src, out)` does it for every ``*.ipynb`` of a folder; the released notebook
 carries ``metadata.mlinfra.lab`` (the lab's name, its file stem) and, on every grader and
 read-only cell, ``metadata.checksum`` of the source text; read-only cells are marked
-``editable: false, deletable: false``; no cell tagged ``wrong-answer`` is in it.
+``editable: false, deletable: false``; no cell tagged ``wrong-answer`` is in it; every
+written-answer cell (tagged ``manual``) holds `manual.PLACEHOLDER` instead of the model answer.
 
 Design decisions:
 - Grader cells keep their id, tags and metadata: grading finds them by id, restores their
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import MarkerError, SourceLabError
+from .manual import PLACEHOLDER, is_manual, manual_cells
 from .markers import (
     HIDDEN_BEGIN,
     clear_outputs,
@@ -78,6 +80,7 @@ def release_node(nb: Any, lab: str) -> Any:
     """Return the student version of notebook node `nb` (a deep copy; `nb` is unchanged)."""
     graders = grader_cells(nb, lab)
     wrong_answers(nb, lab, graders)  # validates them; they are dropped below
+    manual_cells(nb, lab)  # validates the written-answer cells; their text is replaced below
     checksums = {c.cell_id: c.checksum for c in [*graders, *readonly_cells(nb, lab)]}
     out = copy.deepcopy(nb)
     clear_outputs(out.cells)
@@ -85,6 +88,9 @@ def release_node(nb: Any, lab: str) -> Any:
         where = f"{lab}: cell {cell.get('id') or f'#{index}'}"
         if is_wrong_answer(cell):
             continue  # dropped below, after the loop (the indices are the source's)
+        if is_manual(cell):  # the source's text is the model answer: never released
+            cell.source = PLACEHOLDER
+            continue
         if cell.cell_type != "code":
             if has_markers(cell.source):
                 raise MarkerError(f"{where} is a {cell.cell_type} cell with solution or "

@@ -64,6 +64,7 @@ from typing import Any
 from .budgets import DEFAULT_MAX_BYTES, DEFAULT_MAX_CELLS, file_too_large, too_many_cells
 from .errors import MarkerError, SourceLabError, SubmissionError
 from .forbid import forbidden_codes
+from .manual import ManualCell, manual_cells
 from .markers import GraderCell, ReadonlyCell, grader_cells, readonly_cells
 from .release import LAB_METADATA_KEY, lab_notebooks, read_notebook
 from .variants import WrongAnswer, wrong_answers
@@ -93,6 +94,7 @@ class SourceLab:
     readonly: tuple[ReadonlyCell, ...] = ()
     wrong_answers: tuple[WrongAnswer, ...] = ()
     sha256: str = ""  # of the file's bytes when it was read
+    manual: tuple[ManualCell, ...] = ()  # written answers, graded by hand
 
     @property
     def restored(self) -> tuple[GraderCell | ReadonlyCell, ...]:
@@ -149,7 +151,7 @@ def read_source_lab(path: Path) -> SourceLab:
             except MarkerError as err:
                 raise MarkerError(f"{lab}: grader cell {g.cell_id}: {err}") from err
     return SourceLab(lab, path, nb, graders, tuple(readonly_cells(nb, lab)),
-                     tuple(wrong_answers(nb, lab, graders)), digest)
+                     tuple(wrong_answers(nb, lab, graders)), digest, tuple(manual_cells(nb, lab)))
 
 
 def load_source_labs(source: Path | str) -> dict[str, SourceLab]:
