@@ -38,10 +38,6 @@ KNOWN_CYCLE_EDGES = {
     ("mlinfra_lab.tracking.maintenance", "mlinfra_lab.tracking.store"): (
         "issue 15: maintenance.py calls store._write / store._audit (store -> maintenance -> store)"
     ),
-    ("mlinfra_lab.tracking.cli", "mlinfra_lab.cli"): (
-        "issue 15 (tracking/ is being restructured): tracking/cli.py imports CommandError "
-        "from mlinfra_lab.cli, which loads it by name; import it from mlinfra_lab.errors"
-    ),
 }
 
 # Private names used outside their sub-package: (user, owner module, name) -> reason.
