@@ -300,11 +300,7 @@ class TrackingStore:
         if self.cache is None:  # a verified copy in an unnamed temporary file: never the whole blob in memory
             self.uncached_reads += 1
             return verified_copy(row.uri, row.sha256, artifact_id)
-        path = self.cache.get(row.sha256, lambda: open_uri(row.uri), artifact_id)
-        f = open(path, "rb")  # noqa: SIM115 (the caller closes it)
-        if path.name.startswith(".tmp-"):  # larger than the whole cache: not kept; gone once closed
-            path.unlink()
-        return f
+        return self.cache.open(row.sha256, lambda: open_uri(row.uri), artifact_id)
 
     def read_artifact(self, artifact_id: int, user: str | None = None) -> bytes:
         with self.open_artifact(artifact_id, user) as f:
