@@ -31,10 +31,6 @@ PACKAGE = "mlinfra_lab"
 # Import edges (importer, imported) that close a known cycle, each with its reason. The test
 # fails on any other cycle, and on an entry here whose edge is gone (delete the entry then).
 KNOWN_CYCLE_EDGES = {
-    ("mlinfra_lab.tracking.run", "mlinfra_lab.tracking.store"): (
-        "issue 15: run.py calls store._log_artifact on the TrackingStore it is given and "
-        "imports its type (store -> run -> store)"
-    ),
     ("mlinfra_lab.tracking.maintenance", "mlinfra_lab.tracking.store"): (
         "issue 15: maintenance.py calls store._write / store._audit (store -> maintenance -> store)"
     ),

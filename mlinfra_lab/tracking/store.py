@@ -33,7 +33,7 @@ from typing import BinaryIO
 
 from sqlalchemy import Connection, Select, func, select, update
 
-from mlinfra_lab.tracking import access, audit, lineage, maintenance, reading, uploads, writing
+from mlinfra_lab.tracking import access, audit, lineage, maintenance, reading, writing
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url, verified_copy
@@ -219,9 +219,6 @@ class TrackingStore:
             if edges:
                 conn.execute(S.lineage_edges.insert(), edges)
         return Run(self, run_id, project, name, user, self.batch_size)
-
-    def _log_artifact(self, run: Run, source, name: str, kind: str, step, pinned: bool) -> ArtifactInfo:
-        return uploads.log_artifact(self.engine, self.blobs, run, source, name, kind, step, pinned)
 
     # -- reading metadata (the SQL is in `reading`) -------------------------------
     def get_run(self, run_id: int, user: str | None = None) -> RunInfo:

@@ -1,7 +1,7 @@
 """Uploads the garbage collector cannot race: a pending record before the blob, a re-check before a delete.
 
-Contract: `log_artifact(engine, blobs, run, source, ...)` is the one way an artifact is
-logged (`Run.log_artifact` and the store both call it): WRITE checked, the blob published
+Contract: `log_artifact(engine, blobs, run_id, user, source, ...)` is the one way an
+artifact is logged (`Run.log_artifact` calls it): WRITE checked, the blob published
 under a committed pending-upload record, then the artifact row inserted and the record
 deleted in one transaction that re-checks WRITE. `delete_if_unused(engine, blobs, uri, ...)`
 is the one way the collector deletes a blob: inside a write transaction that holds the
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 from sqlalchemy import Connection, Engine, delete, exists, select, text
 
@@ -38,9 +38,6 @@ from mlinfra_lab.tracking.artifacts import BlobStore
 from mlinfra_lab.tracking.audit import audited_transact, denials_audited
 from mlinfra_lab.tracking.db import database_errors, write_tx
 from mlinfra_lab.tracking.records import ArtifactInfo
-
-if TYPE_CHECKING:
-    from mlinfra_lab.tracking.run import Run
 
 __all__ = ["STALE_UPLOAD_S", "delete_if_unused", "log_artifact", "pending", "sweep_stale"]
 
@@ -72,21 +69,24 @@ def _drop_pending(engine: Engine, pid: int) -> None:
         pass
 
 
-def log_artifact(engine: Engine, blobs: BlobStore, run: Run, source: bytes | str | os.PathLike | BinaryIO,
-                 name: str, kind: str, step: int | None, pinned: bool) -> ArtifactInfo:  # fmt: skip
-    """Upload `source` for `run` and insert its row; WRITE is checked before and in the insert."""
+def log_artifact(engine: Engine, blobs: BlobStore, run_id: int, user: str,
+                 source: bytes | str | os.PathLike | BinaryIO, name: str, kind: str,
+                 step: int | None, pinned: bool) -> ArtifactInfo:  # fmt: skip
+    """Upload `source` for run `run_id` as `user` and insert its row; WRITE is checked before
+    any byte moves and again in the insert's transaction."""
     with denials_audited(engine), database_errors("checking access"), engine.connect() as conn:
-        access.require_run(conn, run.id, run.user, Level.WRITE, "log artifacts")  # before any byte moves
+        access.require_run(conn, run_id, user, Level.WRITE, "log artifacts")
     ids: list[int] = []
     try:
         put = blobs.put(source, before_publish=lambda uri: ids.append(pending(engine, uri)))
 
         def write(conn: Connection) -> int:
-            access.require_run(conn, run.id, run.user, Level.WRITE, "log artifacts")
+            access.require_run(conn, run_id, user, Level.WRITE, "log artifacts")
             aid = conn.execute(S.artifacts.insert().values(
-                run_id=run.id, name=name, kind=kind, step=step, uri=put.uri, sha256=put.sha256, size=put.size,
+                run_id=run_id, name=name, kind=kind, step=step, uri=put.uri, sha256=put.sha256, size=put.size,
                 tier="hot", pinned=pinned, created_at=time.time())).inserted_primary_key[0]  # fmt: skip
-            conn.execute(S.lineage_edges.insert().values(src=run.node, dst=f"artifact:{aid}", relation="produced"))
+            conn.execute(S.lineage_edges.insert().values(
+                src=f"run:{run_id}", dst=f"artifact:{aid}", relation="produced"))  # fmt: skip
             conn.execute(delete(S.pending_uploads).where(S.pending_uploads.c.id == ids[0]))
             return aid
 
@@ -95,7 +95,7 @@ def log_artifact(engine: Engine, blobs: BlobStore, run: Run, source: bytes | str
         if ids:
             _drop_pending(engine, ids[0])
         raise
-    return ArtifactInfo(aid, run.id, name, kind, step, put.sha256, put.size, "hot", pinned, put.uri)
+    return ArtifactInfo(aid, run_id, name, kind, step, put.sha256, put.size, "hot", pinned, put.uri)
 
 
 def delete_if_unused(engine: Engine, blobs: BlobStore, uri: str, now: float,
