@@ -42,7 +42,6 @@ from mlinfra_lab.tracking.db import database_errors, make_engine, migrate, write
 from mlinfra_lab.tracking.errors import TrackingError
 from mlinfra_lab.tracking.records import ArtifactInfo, DatasetRef, GcReport, RunInfo
 from mlinfra_lab.tracking.retention import (
-    ArtifactRecord,
     RetentionPlan,
     RetentionPolicy,
     plan_retention,
@@ -335,13 +334,6 @@ class TrackingStore:
             return lineage.walk(conn, start, direction, depth, visible)
 
     # -- retention and garbage collection -------------------------------------------
-    def _artifact_records(self, conn: Connection, pids: list[int]) -> list[ArtifactRecord]:
-        a, r, p = S.artifacts, S.runs, S.projects
-        q = (select(a.c.id, p.c.name, a.c.run_id, r.c.created_at.label("run_created"), a.c.kind, a.c.step,
-                    a.c.created_at, a.c.size, a.c.tier, a.c.pinned, a.c.uri)
-             .join(r, r.c.id == a.c.run_id).join(p, p.c.id == r.c.project_id).where(p.c.id.in_(pids)))  # fmt: skip
-        return [ArtifactRecord(*row) for row in conn.execute(q)]
-
     def apply_retention(self, policy: RetentionPolicy, now: float | None = None, dry_run: bool = True,
                         user: str | None = None) -> RetentionPlan:  # fmt: skip
         """Plan retention over the projects you ADMIN; unless `dry_run`, carry out that plan.
@@ -353,8 +345,8 @@ class TrackingStore:
         now = time.time() if now is None else now
         with self._read() as conn:
             pids = access.visible_project_ids(conn, user, Level.ADMIN)
-            plan = plan_retention(policy, self._artifact_records(conn, pids), now)
-        return plan if dry_run else maintenance.execute_plan(self, plan, user)
+            plan = plan_retention(policy, maintenance.artifact_records(conn, pids), now)
+        return plan if dry_run else maintenance.execute_plan(self.engine, plan, user, audit.record)
 
     def gc(self, grace_seconds: float = 3600.0, dry_run: bool = False, extra_roots: Sequence[str] = (),
            user: str | None = None, stale_upload_seconds: float = 3600.0) -> GcReport:  # fmt: skip
@@ -364,8 +356,9 @@ class TrackingStore:
         flight are safe at any grace period (`uploads`); pending-upload records and partial
         uploads in ``tmp/`` older than `stale_upload_seconds` (dead writers) are removed.
         """
-        return maintenance.collect_garbage(self, grace_seconds, dry_run, extra_roots, self._user(user),
-                                           stale_upload_seconds)  # fmt: skip
+        return maintenance.collect_garbage(self.engine, self.blobs, grace_seconds, dry_run,
+                                           extra_roots, self._user(user), stale_upload_seconds,
+                                           audit.record)  # fmt: skip
 
     def audit_log(self, project: str | None, limit: int = 100, user: str | None = None) -> list[dict]:
         """The latest audit records of `project` (needs ADMIN), or with None the store-wide ones
