@@ -6,7 +6,8 @@ wraps a block so that a `PermissionDenied` escaping it is recorded (once) with i
 scope before it propagates; `audited_write(engine, what)` is a write transaction wrapped
 that way (driver errors become `DatabaseError`), `audited_read(engine, what)` a connection
 for reading, `audited_transact(engine, fn, what)` a retried transaction (`db.transact`);
-`log(engine, ...)` records one row in a transaction of its own.
+`log(engine, ...)` records one row in a transaction of its own; `latest(conn, project,
+limit)` reads the newest rows of a project (or, with None, the store-wide ones).
 
 Design decisions:
 - A denial inside a write transaction is recorded *after* the rollback, in a transaction
@@ -28,14 +29,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, select
 
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.db import database_errors, transact, write_tx
 from mlinfra_lab.tracking.errors import NotFoundOrDenied, PermissionDenied
 
-__all__ = ["audited_read", "audited_transact", "audited_write", "denials_audited", "log", "record",
-           "record_denial"]
+__all__ = ["audited_read", "audited_transact", "audited_write", "denials_audited", "latest", "log",
+           "record", "record_denial"]  # fmt: skip
 
 T = TypeVar("T")
 
@@ -59,6 +60,14 @@ def log(engine: Engine, principal: str, action: str, project: str | None, target
     """`record` in a write transaction of its own (for a decision made outside one)."""
     with write_tx(engine) as conn:
         record(conn, principal, action, project, target, allowed)
+
+
+def latest(conn: Connection, project: str | None, limit: int) -> list[dict]:
+    """The newest `limit` rows of `project`, or with None of the store-wide decisions."""
+    t = S.audit_log
+    where = t.c.project.is_(None) if project is None else t.c.project == project
+    rows = conn.execute(select(t).where(where).order_by(t.c.id.desc()).limit(limit))
+    return [dict(r._mapping) for r in rows]
 
 
 def record_denial(engine: Engine, err: PermissionDenied) -> None:

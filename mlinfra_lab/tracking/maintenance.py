@@ -22,6 +22,7 @@ Design decisions:
   (a margin for blobs written by hand, and for backups in progress).
 - Retention needs ADMIN on the projects it touches (the plan is already limited to them);
   garbage collection needs store ADMIN (`access`), since blobs are shared across projects.
+  Both are checked by the caller (`TrackingStore`) before it calls in here.
 - This module is given the engine, the blob store and an audit function, never the
   `TrackingStore`: the store calls maintenance, maintenance does not call back, so the two
   modules do not import each other.
@@ -35,7 +36,7 @@ from dataclasses import replace
 
 from sqlalchemy import Connection, Engine, delete, select, update
 
-from mlinfra_lab.tracking import access, audit, lineage, uploads
+from mlinfra_lab.tracking import audit, lineage, uploads
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
 from mlinfra_lab.tracking.db import write_tx
@@ -103,10 +104,10 @@ def collect_garbage(engine: Engine, blobs: BlobStore, grace_seconds: float, dry_
 
     Each blob is re-checked and deleted inside a write transaction holding its lock
     (`uploads.delete_if_unused`), so an upload that names it in the meantime keeps it.
+    The caller has checked that `user` is a store ADMIN.
     """
     now = time.time()
     with audit.audited_read(engine, "collecting garbage") as conn:
-        access.require_store_admin(conn, user, "garbage-collect blobs")
         referenced = set(conn.execute(select(S.artifacts.c.uri).distinct()).scalars())
         cold_roots = {u.split("/blobs/")[0] for u in conn.execute(
             select(S.artifacts.c.uri).where(S.artifacts.c.tier == "cold").distinct()).scalars()}  # fmt: skip

@@ -5,7 +5,9 @@ artifact is logged (`Run.log_artifact` calls it): WRITE checked, the blob publis
 under a committed pending-upload record, then the artifact row inserted and the record
 deleted in one transaction that re-checks WRITE. `delete_if_unused(engine, blobs, uri, ...)`
 is the one way the collector deletes a blob: inside a write transaction that holds the
-blob's lock, only when no artifact row and no fresh pending record names it.
+blob's lock, only when no artifact row and no fresh pending record names it. The other
+artifact rows' SQL is here too: `list_artifacts` (a run's rows, URIs shown or hidden) and
+`set_pinned`; the store checks access before calling either.
 
 Design decisions (the race the issue found: the collector read the referenced set, an
 upload of the same bytes found the blob present and inserted its row, then the collector
@@ -29,7 +31,7 @@ import os
 import time
 from typing import BinaryIO
 
-from sqlalchemy import Connection, Engine, delete, exists, select, text
+from sqlalchemy import Connection, Engine, delete, exists, select, text, update
 
 from mlinfra_lab.tracking import access
 from mlinfra_lab.tracking import schema as S
@@ -39,7 +41,8 @@ from mlinfra_lab.tracking.audit import audited_transact, denials_audited
 from mlinfra_lab.tracking.db import database_errors, write_tx
 from mlinfra_lab.tracking.records import ArtifactInfo
 
-__all__ = ["STALE_UPLOAD_S", "delete_if_unused", "log_artifact", "pending", "sweep_stale"]
+__all__ = ["STALE_UPLOAD_S", "delete_if_unused", "list_artifacts", "log_artifact", "pending",
+           "set_pinned", "sweep_stale"]  # fmt: skip
 
 STALE_UPLOAD_S = 3600.0  # an upload not finished after this long is presumed dead
 _PG_LOCK_CLASS = 0x6D6C6962  # "mlib": first key of the per-blob advisory lock
@@ -96,6 +99,20 @@ def log_artifact(engine: Engine, blobs: BlobStore, run_id: int, user: str,
             _drop_pending(engine, ids[0])
         raise
     return ArtifactInfo(aid, run_id, name, kind, step, put.sha256, put.size, "hot", pinned, put.uri)
+
+
+def list_artifacts(conn: Connection, run_id: int, show_uris: bool) -> list[ArtifactInfo]:
+    """The artifacts of run `run_id`, oldest first; their URIs only when `show_uris`."""
+    a = S.artifacts
+    rows = conn.execute(select(a).where(a.c.run_id == run_id).order_by(a.c.id)).all()
+    return [ArtifactInfo(r.id, r.run_id, r.name, r.kind, r.step, r.sha256, r.size, r.tier,
+                         r.pinned, r.uri if show_uris else None) for r in rows]  # fmt: skip
+
+
+def set_pinned(conn: Connection, artifact_id: int, pinned: bool) -> None:
+    """Pin (or unpin) artifact `artifact_id`: retention never touches a pinned artifact."""
+    a = S.artifacts
+    conn.execute(update(a).where(a.c.id == artifact_id).values(pinned=pinned))
 
 
 def delete_if_unused(engine: Engine, blobs: BlobStore, uri: str, now: float,
