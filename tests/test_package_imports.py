@@ -30,19 +30,7 @@ PACKAGE = "mlinfra_lab"
 
 # Import edges (importer, imported) that close a known cycle, each with its reason. The test
 # fails on any other cycle, and on an entry here whose edge is gone (delete the entry then).
-KNOWN_CYCLE_EDGES = {
-    ("mlinfra_lab.tracking.run", "mlinfra_lab.tracking.store"): (
-        "issue 15: run.py calls store._log_artifact on the TrackingStore it is given and "
-        "imports its type (store -> run -> store)"
-    ),
-    ("mlinfra_lab.tracking.maintenance", "mlinfra_lab.tracking.store"): (
-        "issue 15: maintenance.py calls store._write / store._audit (store -> maintenance -> store)"
-    ),
-    ("mlinfra_lab.tracking.cli", "mlinfra_lab.cli"): (
-        "issue 15 (tracking/ is being restructured): tracking/cli.py imports CommandError "
-        "from mlinfra_lab.cli, which loads it by name; import it from mlinfra_lab.errors"
-    ),
-}
+KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 
 # Private names used outside their sub-package: (user, owner module, name) -> reason.
 KNOWN_PRIVATE_USES: dict[tuple[str, str, str], str] = {}

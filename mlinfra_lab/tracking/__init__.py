@@ -10,7 +10,7 @@ cache and tiered retention keep storage fast and bounded. Read the modules in th
 - ``artifacts``  content-addressed, atomic, de-duplicated blobs on any fsspec URL
 - ``writing``    params, tags and upserts of run metadata (hot params promoted)
 - ``run``        a run: batched metric writes, artifacts logged by reference
-- ``uploads``    artifact logging that garbage collection cannot race (pending records)
+- ``uploads``    artifact rows: logging that gc cannot race (pending records), listing, pins
 - ``query``      the search language, parsed into bound SQLAlchemy expressions
 - ``reading``    search statements, their plans, runs read back as records
 - ``access``     VIEW < READ_ARTIFACTS < WRITE < ADMIN, users, teams, store ADMINs

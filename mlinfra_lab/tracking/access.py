@@ -4,8 +4,10 @@ Contract: `effective_level(conn, project_id, user)` is the highest level granted
 user directly or through any team they belong to (0 when none); `require(...)`,
 `require_run(...)` and `require_artifact(...)` raise `PermissionDenied` (or, for an id the
 caller may not see, `NotFoundOrDenied`) and are called inside the transaction that then
-reads or writes, so a check and its write see the same grants; `set_grant` and
-`add_member` are the only writers of grants and teams.
+reads or writes, so a check and its write see the same grants; `create_project` (which
+makes its creator ADMIN), `set_grant` and `add_member` are the only writers of projects,
+grants and teams. The SQL of projects, principals, teams and grants is all here; the
+decision of who may call these writers is the store's (`TrackingStore` checks first).
 
 Design decisions:
 - Levels are ordered, each implying the ones below it:
@@ -51,6 +53,8 @@ from __future__ import annotations
 
 import enum
 import functools
+import time
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, func, select, union_all, update
@@ -59,9 +63,10 @@ from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import NotFound, NotFoundOrDenied, PermissionDenied, TrackingError
 from mlinfra_lab.tracking.writing import insert_ignoring_conflicts
 
-__all__ = ["Level", "add_member", "effective_level", "ensure_principal", "is_store_admin", "require",
-           "require_artifact", "require_run", "require_store_admin", "set_grant", "set_store_admin",
-           "visible_project_ids"]
+__all__ = ["Level", "add_member", "create_project", "effective_level", "ensure_principal",
+           "find_project", "is_store_admin", "project_id", "require", "require_artifact",
+           "require_run", "require_store_admin", "set_grant", "set_store_admin", "viewer",
+           "visible_project_ids"]  # fmt: skip
 
 
 class Level(enum.IntEnum):
@@ -137,8 +142,39 @@ def visible_project_ids(conn: Connection, user: str, at_least: Level = Level.VIE
     return [r[0] for r in conn.execute(q)]
 
 
+def viewer(conn: Connection, user: str) -> Callable[[int], bool]:
+    """``visible(project_id)``: whether `user` may VIEW that project, each project read once."""
+    levels: dict[int, bool] = {}
+
+    def visible(pid: int) -> bool:
+        if pid not in levels:
+            levels[pid] = effective_level(conn, pid, user) >= Level.VIEW
+        return levels[pid]
+
+    return visible
+
+
+def find_project(conn: Connection, name: str) -> int | None:
+    """Id of project `name`, or None when there is none (no access check: the caller's)."""
+    return conn.execute(select(S.projects.c.id).where(S.projects.c.name == name)).scalar()
+
+
+def create_project(conn: Connection, name: str, creator: str) -> int | None:
+    """Insert project `name` with `creator` as its ADMIN; its id, or None when it exists
+    (a concurrent transaction may have created it since the caller looked)."""
+    ins = insert_ignoring_conflicts(conn.dialect.name, S.projects)
+    pid = conn.execute(ins.values(name=name, created_at=time.time())
+                       .returning(S.projects.c.id)).scalar()  # fmt: skip
+    if pid is not None:
+        uid = ensure_principal(conn, creator)
+        conn.execute(S.grants.insert().values(project_id=pid, principal_id=uid,
+                                              level=int(Level.ADMIN)))  # fmt: skip
+    return pid
+
+
 def project_id(conn: Connection, project: str) -> int:
-    pid = conn.execute(select(S.projects.c.id).where(S.projects.c.name == project)).scalar()
+    """Id of project `project`; `NotFound` when there is none."""
+    pid = find_project(conn, project)
     if pid is None:
         raise NotFound(f"no project named {project!r}; create it with start_run or create_project")
     return pid
@@ -207,9 +243,9 @@ def require_store_admin(conn: Connection, user: str, action: str, scope: str = "
         raise PermissionDenied(user, "*", "store ADMIN", action, scope=scope)
 
 
-def set_store_admin(conn: Connection, principal: str, admin: bool, user: str) -> None:
-    """Make user `principal` a store ADMIN (or not); only a store ADMIN may."""
-    require_store_admin(conn, user, f"make {principal!r} a store ADMIN")
+def set_store_admin(conn: Connection, principal: str, admin: bool) -> None:
+    """Make user `principal` a store ADMIN (or not); the caller has checked that a store ADMIN
+    asks (`require_store_admin`)."""
     pid = conn.execute(select(S.principals.c.id).where(S.principals.c.name == principal,
                                                         S.principals.c.kind == "user")).scalar()  # fmt: skip
     if pid is None:
@@ -217,9 +253,9 @@ def set_store_admin(conn: Connection, principal: str, admin: bool, user: str) ->
     conn.execute(update(S.principals).where(S.principals.c.id == pid).values(store_admin=admin))
 
 
-def add_member(conn: Connection, team: str, member: str, user: str) -> None:
-    """Add user `member` to `team` (created if new); only a store ADMIN may."""
-    require_store_admin(conn, user, f"add members to team {team!r}", scope=f"team:{team}")
+def add_member(conn: Connection, team: str, member: str) -> None:
+    """Add user `member` to `team` (created if new); the caller has checked that a store ADMIN
+    asks (`require_store_admin`, scope ``team:TEAM``)."""
     tid = ensure_principal(conn, team, "team")  # refuses a name that is a user's
     mid = ensure_principal(conn, member, "user")  # refuses a team as a member
     conn.execute(insert_ignoring_conflicts(conn.dialect.name, S.team_members).values(team_id=tid, user_id=mid))

@@ -4,8 +4,10 @@ Contract: `record(conn, principal, action, project, target, allowed)` appends on
 the caller's transaction, every field cut to its column's width; `denials_audited(engine)`
 wraps a block so that a `PermissionDenied` escaping it is recorded (once) with its real
 scope before it propagates; `audited_write(engine, what)` is a write transaction wrapped
-that way (driver errors become `DatabaseError`), `audited_transact(engine, fn, what)` the
-same for a retried transaction (`db.transact`).
+that way (driver errors become `DatabaseError`), `audited_read(engine, what)` a connection
+for reading, `audited_transact(engine, fn, what)` a retried transaction (`db.transact`);
+`log(engine, ...)` records one row in a transaction of its own; `latest(conn, project,
+limit)` reads the newest rows of a project (or, with None, the store-wide ones).
 
 Design decisions:
 - A denial inside a write transaction is recorded *after* the rollback, in a transaction
@@ -27,13 +29,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, select
 
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.db import database_errors, transact, write_tx
 from mlinfra_lab.tracking.errors import NotFoundOrDenied, PermissionDenied
 
-__all__ = ["audited_transact", "audited_write", "denials_audited", "record", "record_denial"]
+__all__ = ["audited_read", "audited_transact", "audited_write", "denials_audited", "latest", "log",
+           "record", "record_denial"]  # fmt: skip
 
 T = TypeVar("T")
 
@@ -50,6 +53,21 @@ def record(conn: Connection, principal: str, action: str, project: str | None, t
     conn.execute(S.audit_log.insert().values(
         at=time.time(), principal=_cut(principal, "principal") or "?", action=_cut(action, "action") or "?",
         project=_cut(project, "project"), target=_cut(target, "target"), allowed=allowed))  # fmt: skip
+
+
+def log(engine: Engine, principal: str, action: str, project: str | None, target: object,
+        allowed: bool) -> None:  # fmt: skip
+    """`record` in a write transaction of its own (for a decision made outside one)."""
+    with write_tx(engine) as conn:
+        record(conn, principal, action, project, target, allowed)
+
+
+def latest(conn: Connection, project: str | None, limit: int) -> list[dict]:
+    """The newest `limit` rows of `project`, or with None of the store-wide decisions."""
+    t = S.audit_log
+    where = t.c.project.is_(None) if project is None else t.c.project == project
+    rows = conn.execute(select(t).where(where).order_by(t.c.id.desc()).limit(limit))
+    return [dict(r._mapping) for r in rows]
 
 
 def record_denial(engine: Engine, err: PermissionDenied) -> None:
@@ -80,6 +98,13 @@ def denials_audited(engine: Engine) -> Iterator[None]:
 def audited_write(engine: Engine, what: str = "writing") -> Iterator[Connection]:
     """A write transaction whose denials are recorded after its rollback."""
     with denials_audited(engine), database_errors(what, True), write_tx(engine) as conn:
+        yield conn
+
+
+@contextlib.contextmanager
+def audited_read(engine: Engine, what: str = "reading") -> Iterator[Connection]:
+    """A connection for reading whose denials are recorded; driver errors become `DatabaseError`."""
+    with denials_audited(engine), database_errors(what), engine.connect() as conn:
         yield conn
 
 

@@ -1,9 +1,10 @@
 """A size-bounded LRU cache of hot artifacts on local disk, keyed by content hash.
 
-Contract: `ArtifactCache(dir, max_bytes).get(sha256, fetch)` returns the path of a local
-file holding exactly the bytes whose hash is `sha256`, calling `fetch()` (a binary stream
-from the artifact store) only on a miss, and keeps the total size under `max_bytes` by
-evicting the least recently used files; `stats()` reports hits, misses and evictions.
+Contract: `ArtifactCache(dir, max_bytes).open(sha256, fetch)` returns an open binary file
+holding exactly the bytes whose hash is `sha256` (the caller closes it), calling `fetch()` (a
+binary stream from the artifact store) only on a miss, and keeps the total size under
+`max_bytes` by evicting the least recently used files; `stats()` reports hits, misses and
+evictions.
 
 Design decisions:
 - Keyed by sha256, so the cache needs no invalidation: a key's bytes never change. Two runs
@@ -15,7 +16,12 @@ Design decisions:
 - Fills are atomic (temporary name, then rename), so a crash never leaves a partial entry.
 - The recency order lives in memory and is rebuilt from file access times when a cache
   directory is reopened. One process owns one cache directory.
-- An item larger than the whole cache is served from a temporary file and not kept.
+- An item larger than the whole cache is served from a temporary file and not kept: the
+  file is unlinked once it is open, so it has no name on disk and disappears when closed.
+  The caller learns nothing about it and needs to: an open file is the whole answer (no
+  path whose name says whether it is a cache entry).
+- An evicted entry stays readable through a file opened before the eviction (POSIX
+  unlink semantics), so a reader never races the eviction of what it reads.
 
 Reference: the course text, ch. 4 ("hot artifact cache").
 """
@@ -85,18 +91,22 @@ class ArtifactCache:
     def __contains__(self, sha256: str) -> bool:
         return sha256 in self._lru
 
-    def get(self, sha256: str, fetch: Callable[[], BinaryIO], artifact_id: int | None = None) -> Path:
-        """Local path of the verified blob `sha256`; `fetch` opens it in the store on a miss."""
+    def open(self, sha256: str, fetch: Callable[[], BinaryIO],
+             artifact_id: int | None = None) -> BinaryIO:  # fmt: skip
+        """An open binary file of the verified blob `sha256`; `fetch` opens it in the store
+        on a miss. Raises `IntegrityError` when the cached or fetched bytes do not match."""
         path = self.dir / sha256
         if sha256 in self._lru and path.exists():
-            with open(path, "rb") as f:
-                actual = sha256_file(f)
+            f = open(path, "rb")  # noqa: SIM115 (handed to the caller, who closes it)
+            actual = sha256_file(f)
             if actual != sha256:
+                f.close()
                 self._drop(sha256)
                 raise IntegrityError(artifact_id, sha256, actual, f"in the cache ({path})")
             self.hits += 1
             self._lru.move_to_end(sha256)
-            return path
+            f.seek(0)
+            return f
         self._total -= self._lru.pop(sha256, 0)
         self.misses += 1
         tmp = self.dir / f".tmp-{uuid.uuid4().hex}"
@@ -109,16 +119,15 @@ class ArtifactCache:
                     out.write(chunk)
             if h.hexdigest() != sha256:
                 raise IntegrityError(artifact_id, sha256, h.hexdigest(), "in the artifact store")
-            if size > self.max_bytes:  # too big to keep: hand out the temporary file
-                return tmp
+            if size > self.max_bytes:  # too big to keep: served from the unnamed temporary file
+                return open(tmp, "rb")  # noqa: SIM115 (unlinked below; the caller closes it)
             self._evict(size)
             os.replace(tmp, path)
-        except BaseException:
+        finally:
             tmp.unlink(missing_ok=True)
-            raise
         self._lru[sha256] = size
         self._total += size
-        return path
+        return open(path, "rb")  # noqa: SIM115 (the caller closes it)
 
     def _drop(self, sha256: str) -> None:
         self._total -= self._lru.pop(sha256, 0)

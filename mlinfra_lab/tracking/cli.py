@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
-from mlinfra_lab.cli import CommandError
+from mlinfra_lab.errors import CommandError
 
 __all__ = ["register"]
 

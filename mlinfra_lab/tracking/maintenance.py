@@ -1,9 +1,11 @@
 """Carrying out a retention plan and collecting garbage: the two operations that delete things.
 
-Contract: `execute_plan(store, plan, user)` does exactly what a `RetentionPlan` lists (moves
+Contract: `artifact_records(conn, project_ids)` reads what a retention plan is computed from;
+`execute_plan(engine, plan, user, audit_fn)` does exactly what a `RetentionPlan` lists (moves
 to the cold root, then row deletes) and returns the plan marked applied, with a note for
-anything that changed since planning; `collect_garbage(store, ...)` deletes only blobs that
-no artifact row references and that are older than a grace period.
+anything that changed since planning; `collect_garbage(engine, blobs, ...)` deletes only
+blobs that no artifact row references and that are older than a grace period. Both record
+what they did with `audit_fn` (`audit.record`'s signature).
 
 Design decisions:
 - Moves copy first and verify: the blob is re-hashed on its way to the cold root and the row
@@ -20,32 +22,46 @@ Design decisions:
   (a margin for blobs written by hand, and for backups in progress).
 - Retention needs ADMIN on the projects it touches (the plan is already limited to them);
   garbage collection needs store ADMIN (`access`), since blobs are shared across projects.
+  Both are checked by the caller (`TrackingStore`) before it calls in here.
+- This module is given the engine, the blob store and an audit function, never the
+  `TrackingStore`: the store calls maintenance, maintenance does not call back, so the two
+  modules do not import each other.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Connection, Engine, delete, select, update
 
-from mlinfra_lab.tracking import access, audit, lineage, uploads
+from mlinfra_lab.tracking import audit, lineage, uploads
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
-from mlinfra_lab.tracking.db import database_errors
+from mlinfra_lab.tracking.db import write_tx
 from mlinfra_lab.tracking.errors import IntegrityError
 from mlinfra_lab.tracking.records import GcReport
-from mlinfra_lab.tracking.retention import RetentionPlan
+from mlinfra_lab.tracking.retention import ArtifactRecord, RetentionPlan
 
-if TYPE_CHECKING:
-    from mlinfra_lab.tracking.store import TrackingStore
+__all__ = ["AuditFn", "artifact_records", "collect_garbage", "execute_plan"]
 
-__all__ = ["collect_garbage", "execute_plan"]
+# (conn, principal, action, project, target, allowed): `audit.record`'s signature
+AuditFn = Callable[[Connection, str, str, str | None, str | None, bool], None]
 
 
-def execute_plan(store: TrackingStore, plan: RetentionPlan, user: str) -> RetentionPlan:
+def artifact_records(conn: Connection, project_ids: Sequence[int]) -> list[ArtifactRecord]:
+    """Every artifact of the projects `project_ids`, as the records `plan_retention` reads."""
+    a, r, p = S.artifacts, S.runs, S.projects
+    q = (select(a.c.id, p.c.name, a.c.run_id, r.c.created_at.label("run_created"), a.c.kind,
+                a.c.step, a.c.created_at, a.c.size, a.c.tier, a.c.pinned, a.c.uri)
+         .join(r, r.c.id == a.c.run_id).join(p, p.c.id == r.c.project_id)
+         .where(p.c.id.in_(project_ids)))  # fmt: skip
+    return [ArtifactRecord(*row) for row in conn.execute(q)]
+
+
+def execute_plan(engine: Engine, plan: RetentionPlan, user: str,
+                 audit_fn: AuditFn = audit.record) -> RetentionPlan:  # fmt: skip
     """Carry out `plan` (computed for `user`'s ADMIN projects); return it marked applied."""
     a, notes = S.artifacts, []
     policy = plan.policy
@@ -53,61 +69,64 @@ def execute_plan(store: TrackingStore, plan: RetentionPlan, user: str) -> Retent
     for act in plan.actions:
         if act.action != "move_cold":
             continue
-        with store.engine.connect() as conn:
+        with engine.connect() as conn:
             row = conn.execute(select(a.c.uri, a.c.sha256).where(a.c.id == act.artifact_id)).first()
         if row is None:
             notes.append(f"artifact {act.artifact_id} is gone since planning")
             continue
         ids: list[int] = []
         with open_uri(row.uri) as f:  # the cold copy is a pending upload until its row points at it
-            put = cold.put(f, before_publish=lambda uri, ids=ids: ids.append(uploads.pending(store.engine, uri)))
+            put = cold.put(f, before_publish=lambda uri, ids=ids: ids.append(uploads.pending(engine, uri)))
         if put.sha256 != row.sha256:
             raise IntegrityError(act.artifact_id, row.sha256, put.sha256, f"at {row.uri}")
-        with store._write() as conn:
+        with audit.audited_write(engine, "applying retention") as conn:
             n = conn.execute(update(a).where(a.c.id == act.artifact_id, a.c.uri == row.uri, a.c.pinned.is_(False))
                              .values(uri=put.uri, tier="cold")).rowcount  # fmt: skip
             conn.execute(delete(S.pending_uploads).where(S.pending_uploads.c.id == ids[0]))
         if n != 1:
             notes.append(f"artifact {act.artifact_id} was pinned or changed since planning: not moved")
     ids = plan.deletes
-    with store._write() as conn:
+    with audit.audited_write(engine, "applying retention") as conn:
         for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
             lineage.bury(conn, chunk, "retention")  # a tombstone for each row about to go; edges stay
             n = conn.execute(delete(a).where(a.c.id.in_(chunk), a.c.pinned.is_(False))).rowcount
             if n != len(chunk):
                 notes.append(f"{len(chunk) - n} listed artifacts were pinned or gone since planning")
-        store._audit(user, "apply_retention", None, f"{len(ids)} deletes, {len(plan.moves)} moves", True, conn)
+        audit_fn(conn, user, "apply_retention", None, f"{len(ids)} deletes, {len(plan.moves)} moves", True)
     return replace(plan, applied=True, notes=tuple(notes))
 
 
-def collect_garbage(store: TrackingStore, grace_seconds: float, dry_run: bool, extra_roots: Sequence[str],
-                    user: str, stale_upload_seconds: float = uploads.STALE_UPLOAD_S) -> GcReport:  # fmt: skip
+def collect_garbage(engine: Engine, blobs: BlobStore, grace_seconds: float, dry_run: bool,
+                    extra_roots: Sequence[str], user: str,
+                    stale_upload_seconds: float = uploads.STALE_UPLOAD_S,
+                    audit_fn: AuditFn = audit.record) -> GcReport:  # fmt: skip
     """Delete (or, in a dry run, list) unreferenced blobs older than `grace_seconds`, and stale uploads.
 
     Each blob is re-checked and deleted inside a write transaction holding its lock
     (`uploads.delete_if_unused`), so an upload that names it in the meantime keeps it.
+    The caller has checked that `user` is a store ADMIN.
     """
     now = time.time()
-    with audit.denials_audited(store.engine), database_errors("collecting garbage"), store.engine.connect() as conn:
-        access.require_store_admin(conn, user, "garbage-collect blobs")
+    with audit.audited_read(engine, "collecting garbage") as conn:
         referenced = set(conn.execute(select(S.artifacts.c.uri).distinct()).scalars())
         cold_roots = {u.split("/blobs/")[0] for u in conn.execute(
             select(S.artifacts.c.uri).where(S.artifacts.c.tier == "cold").distinct()).scalars()}  # fmt: skip
-    roots = [store.blobs] + [BlobStore(to_url(r)) for r in sorted(cold_roots | set(extra_roots))
-                             if to_url(r) != store.blobs.root]  # fmt: skip
+    roots = [blobs] + [BlobStore(to_url(r)) for r in sorted(cold_roots | set(extra_roots))
+                       if to_url(r) != blobs.root]  # fmt: skip
     deleted, freed, kept = [], 0, 0
-    for blobs in roots:
-        for uri, mtime in blobs.list_blobs():
+    for root in roots:
+        for uri, mtime in root.list_blobs():
             if uri in referenced:
                 kept += 1
             elif now - mtime >= grace_seconds:
-                size = blobs.size(uri)
-                if dry_run or uploads.delete_if_unused(store.engine, blobs, uri, now, stale_upload_seconds):
+                size = root.size(uri)
+                if dry_run or uploads.delete_if_unused(engine, root, uri, now, stale_upload_seconds):
                     freed += size
                     deleted.append(uri)
                 else:
                     kept += 1  # referenced since the listing: an upload in flight
-    swept, swept_bytes = uploads.sweep_stale(store.engine, roots, now, stale_upload_seconds, dry_run)
+    swept, swept_bytes = uploads.sweep_stale(engine, roots, now, stale_upload_seconds, dry_run)
     if not dry_run:
-        store._audit(user, "gc", None, f"{len(deleted)} blobs, {len(swept)} stale uploads", True)
+        with write_tx(engine) as conn:
+            audit_fn(conn, user, "gc", None, f"{len(deleted)} blobs, {len(swept)} stale uploads", True)
     return GcReport(tuple(deleted + swept), freed + swept_bytes, kept, dry_run)

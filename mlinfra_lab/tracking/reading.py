@@ -1,9 +1,13 @@
-"""Reading run metadata: the SQL behind `get_run`, `search_runs` and `explain_search`.
+"""Reading run metadata: the SQL behind `get_run`, `metric_history`, `search_runs`,
+`explain_search` and `count`.
 
 Contract: `search_statement(conn, pids, filter, order_by, limit)` builds the one
 SELECT that answers a search over the given project ids; `run_infos(conn, rows, names)`
 turns run rows into `RunInfo` records with their params, latest metrics and tags (three
-queries per page, not three per run); `explain(conn, stmt)` returns the database's plan.
+queries per page, not three per run); `search(conn, pids, ...)` plans and runs a search
+under its time bound and returns those records, `run_info(conn, run_id, ...)` one run's;
+`explain(conn, stmt)` returns the database's plan; `metric_history`, `project_names` and
+`count_rows` are the store's other reads.
 
 Design decisions:
 - No access checks here: the store's facade resolves the caller's grants into the list of
@@ -29,7 +33,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, bindparam, func, select, text
+from sqlalchemy import Connection, Select, Table, and_, bindparam, func, select, text
 from sqlalchemy.exc import DBAPIError
 
 from mlinfra_lab.tracking import query
@@ -38,7 +42,9 @@ from mlinfra_lab.tracking.db import sqlstate
 from mlinfra_lab.tracking.errors import QueryError, TrackingError
 from mlinfra_lab.tracking.records import RunInfo
 
-__all__ = ["MAX_LIMIT", "PROBE_COST", "explain", "plan_choice", "run_infos", "search_statement", "time_bound"]
+__all__ = ["MAX_LIMIT", "PROBE_COST", "count_rows", "explain", "explain_search", "metric_history",
+           "plan_choice", "project_names", "run_info", "run_infos", "schema_table", "search",
+           "search_statement", "time_bound"]  # fmt: skip
 
 PROBE_COST = 20  # cost of probing one run by primary key / materializing one matching id (measured)
 MAX_LIMIT = 10_000
@@ -148,3 +154,53 @@ def explain(conn: Connection, stmt: Select) -> list[str]:
         rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), tuple(params[k] for k in compiled.positiontup))
         return [str(row[-1]) for row in rows]
     return [str(row[0]) for row in conn.exec_driver_sql("EXPLAIN " + str(compiled), params)]
+
+
+def search(conn: Connection, pids: Sequence[int], filter: str | None, order_by: str | None,
+           limit: int, seconds: float) -> list[RunInfo]:  # fmt: skip
+    """The runs of projects `pids` matching `filter`, as records: the statement is planned,
+    then run, each under a `time_bound` of `seconds` (the planner's counts are queries too)."""
+    with time_bound(conn, seconds, filter):
+        stmt = search_statement(conn, pids, filter, order_by, limit)
+    with time_bound(conn, seconds, filter):
+        rows = conn.execute(stmt).all()
+    return run_infos(conn, rows, project_names(conn, pids))
+
+
+def explain_search(conn: Connection, pids: Sequence[int], filter: str | None,
+                   order_by: str | None, seconds: float) -> list[str]:  # fmt: skip
+    """The database's plan for the search `search` would run (limit 100), one line a step."""
+    with time_bound(conn, seconds, filter):
+        stmt = search_statement(conn, pids, filter, order_by, 100)
+    return explain(conn, stmt)
+
+
+def run_info(conn: Connection, run_id: int, project_id: int, project: str) -> RunInfo:
+    """The `RunInfo` of run `run_id` of project `project` (whose id is `project_id`)."""
+    rows = conn.execute(select(S.runs).where(S.runs.c.id == run_id)).all()
+    return run_infos(conn, rows, {project_id: project})[0]
+
+
+def metric_history(conn: Connection, run_id: int, key: str) -> list[tuple[int, float]]:
+    """Every (step, value) point of metric `key` of run `run_id`, by step."""
+    m = S.metrics
+    q = select(m.c.step, m.c.value).where(m.c.run_id == run_id, m.c.key == key).order_by(m.c.step)
+    return [(r[0], r[1]) for r in conn.execute(q)]
+
+
+def project_names(conn: Connection, pids: Sequence[int]) -> dict[int, str]:
+    """The names of projects `pids`, by id."""
+    p = S.projects
+    return dict(conn.execute(select(p.c.id, p.c.name).where(p.c.id.in_(pids))).all())
+
+
+def schema_table(name: str) -> Table:
+    """The schema's table `name`; `TrackingError` naming the tables when there is none."""
+    if name not in S.metadata.tables:
+        raise TrackingError(f"no table {name!r}; use one of {', '.join(sorted(S.metadata.tables))}")
+    return S.metadata.tables[name]
+
+
+def count_rows(conn: Connection, table: Table) -> int:
+    """Row count of `table`, over every project."""
+    return conn.execute(select(func.count()).select_from(table)).scalar()

@@ -3,7 +3,8 @@
 Contract: a `Run` (from `TrackingStore.start_run`) buffers `log_metrics` points in memory
 and writes them in one transaction per batch (every `batch_size` points, at `flush()` and
 at `end()`); `log_artifact` stores the bytes in the blob store first and only then inserts
-the row that references them; `end(status)` flushes and closes the run.
+the row that references them (`uploads.log_artifact`, the one function that logs an
+artifact); `end(status)` flushes and closes the run.
 
 Design decisions:
 - `log_metric` is `log_metrics` of one, and `log_metrics` only appends to a buffer: a
@@ -25,6 +26,9 @@ Design decisions:
   (`access.require_run`), not on the handle's `project`: a handle built by hand for
   another project's run is refused, and so is an open run after its WRITE was revoked.
   The check costs two indexed reads per batch.
+- A run writes through the engine and blob store of the object it is given (`RunBackend`,
+  in practice the `TrackingStore` that started it) and never calls back into the store,
+  so ``run`` does not import ``store``: the store depends on the run, not both ways.
 """
 
 from __future__ import annotations
@@ -32,29 +36,34 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
-from sqlalchemy import update
+from sqlalchemy import Engine, update
 
-from mlinfra_lab.tracking import access, writing
+from mlinfra_lab.tracking import access, uploads, writing
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level
-from mlinfra_lab.tracking.artifacts import check_name
+from mlinfra_lab.tracking.artifacts import BlobStore, check_name
 from mlinfra_lab.tracking.audit import audited_transact
 from mlinfra_lab.tracking.errors import TrackingError
+from mlinfra_lab.tracking.records import ArtifactInfo
 
-if TYPE_CHECKING:
-    from mlinfra_lab.tracking.store import ArtifactInfo, TrackingStore
-
-__all__ = ["Run", "RUN_STATUSES"]
+__all__ = ["RUN_STATUSES", "Run", "RunBackend"]
 
 RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
+
+
+class RunBackend(Protocol):
+    """What a run writes through: a `TrackingStore` is one (a run never imports the store)."""
+
+    engine: Engine
+    blobs: BlobStore
 
 
 class Run:
     """Handle of one run; created by `TrackingStore.start_run`, not directly."""
 
-    def __init__(self, store: TrackingStore, run_id: int, project: str, name: str, user: str,
+    def __init__(self, store: RunBackend, run_id: int, project: str, name: str, user: str,
                  batch_size: int = 1000):  # fmt: skip
         self.store, self.id, self.project, self.name, self.user = store, run_id, project, name, user
         self.batch_size = batch_size
@@ -170,7 +179,8 @@ class Run:
         """
         self._check_open()
         check_name(name)
-        return self.store._log_artifact(self, source, name, kind, step, pinned)
+        return uploads.log_artifact(self.store.engine, self.store.blobs, self.id, self.user,
+                                    source, name, kind, step, pinned)  # fmt: skip
 
     # -- end -----------------------------------------------------------------------
     def end(self, status: str = "FINISHED") -> None:

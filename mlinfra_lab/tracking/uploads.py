@@ -1,11 +1,13 @@
 """Uploads the garbage collector cannot race: a pending record before the blob, a re-check before a delete.
 
-Contract: `log_artifact(engine, blobs, run, source, ...)` is the one way an artifact is
-logged (`Run.log_artifact` and the store both call it): WRITE checked, the blob published
+Contract: `log_artifact(engine, blobs, run_id, user, source, ...)` is the one way an
+artifact is logged (`Run.log_artifact` calls it): WRITE checked, the blob published
 under a committed pending-upload record, then the artifact row inserted and the record
 deleted in one transaction that re-checks WRITE. `delete_if_unused(engine, blobs, uri, ...)`
 is the one way the collector deletes a blob: inside a write transaction that holds the
-blob's lock, only when no artifact row and no fresh pending record names it.
+blob's lock, only when no artifact row and no fresh pending record names it. The other
+artifact rows' SQL is here too: `list_artifacts` (a run's rows, URIs shown or hidden) and
+`set_pinned`; the store checks access before calling either.
 
 Design decisions (the race the issue found: the collector read the referenced set, an
 upload of the same bytes found the blob present and inserted its row, then the collector
@@ -27,9 +29,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
-from sqlalchemy import Connection, Engine, delete, exists, select, text
+from sqlalchemy import Connection, Engine, delete, exists, select, text, update
 
 from mlinfra_lab.tracking import access
 from mlinfra_lab.tracking import schema as S
@@ -39,10 +41,8 @@ from mlinfra_lab.tracking.audit import audited_transact, denials_audited
 from mlinfra_lab.tracking.db import database_errors, write_tx
 from mlinfra_lab.tracking.records import ArtifactInfo
 
-if TYPE_CHECKING:
-    from mlinfra_lab.tracking.run import Run
-
-__all__ = ["STALE_UPLOAD_S", "delete_if_unused", "log_artifact", "pending", "sweep_stale"]
+__all__ = ["STALE_UPLOAD_S", "delete_if_unused", "list_artifacts", "log_artifact", "pending",
+           "set_pinned", "sweep_stale"]  # fmt: skip
 
 STALE_UPLOAD_S = 3600.0  # an upload not finished after this long is presumed dead
 _PG_LOCK_CLASS = 0x6D6C6962  # "mlib": first key of the per-blob advisory lock
@@ -72,21 +72,24 @@ def _drop_pending(engine: Engine, pid: int) -> None:
         pass
 
 
-def log_artifact(engine: Engine, blobs: BlobStore, run: Run, source: bytes | str | os.PathLike | BinaryIO,
-                 name: str, kind: str, step: int | None, pinned: bool) -> ArtifactInfo:  # fmt: skip
-    """Upload `source` for `run` and insert its row; WRITE is checked before and in the insert."""
+def log_artifact(engine: Engine, blobs: BlobStore, run_id: int, user: str,
+                 source: bytes | str | os.PathLike | BinaryIO, name: str, kind: str,
+                 step: int | None, pinned: bool) -> ArtifactInfo:  # fmt: skip
+    """Upload `source` for run `run_id` as `user` and insert its row; WRITE is checked before
+    any byte moves and again in the insert's transaction."""
     with denials_audited(engine), database_errors("checking access"), engine.connect() as conn:
-        access.require_run(conn, run.id, run.user, Level.WRITE, "log artifacts")  # before any byte moves
+        access.require_run(conn, run_id, user, Level.WRITE, "log artifacts")
     ids: list[int] = []
     try:
         put = blobs.put(source, before_publish=lambda uri: ids.append(pending(engine, uri)))
 
         def write(conn: Connection) -> int:
-            access.require_run(conn, run.id, run.user, Level.WRITE, "log artifacts")
+            access.require_run(conn, run_id, user, Level.WRITE, "log artifacts")
             aid = conn.execute(S.artifacts.insert().values(
-                run_id=run.id, name=name, kind=kind, step=step, uri=put.uri, sha256=put.sha256, size=put.size,
+                run_id=run_id, name=name, kind=kind, step=step, uri=put.uri, sha256=put.sha256, size=put.size,
                 tier="hot", pinned=pinned, created_at=time.time())).inserted_primary_key[0]  # fmt: skip
-            conn.execute(S.lineage_edges.insert().values(src=run.node, dst=f"artifact:{aid}", relation="produced"))
+            conn.execute(S.lineage_edges.insert().values(
+                src=f"run:{run_id}", dst=f"artifact:{aid}", relation="produced"))  # fmt: skip
             conn.execute(delete(S.pending_uploads).where(S.pending_uploads.c.id == ids[0]))
             return aid
 
@@ -95,7 +98,21 @@ def log_artifact(engine: Engine, blobs: BlobStore, run: Run, source: bytes | str
         if ids:
             _drop_pending(engine, ids[0])
         raise
-    return ArtifactInfo(aid, run.id, name, kind, step, put.sha256, put.size, "hot", pinned, put.uri)
+    return ArtifactInfo(aid, run_id, name, kind, step, put.sha256, put.size, "hot", pinned, put.uri)
+
+
+def list_artifacts(conn: Connection, run_id: int, show_uris: bool) -> list[ArtifactInfo]:
+    """The artifacts of run `run_id`, oldest first; their URIs only when `show_uris`."""
+    a = S.artifacts
+    rows = conn.execute(select(a).where(a.c.run_id == run_id).order_by(a.c.id)).all()
+    return [ArtifactInfo(r.id, r.run_id, r.name, r.kind, r.step, r.sha256, r.size, r.tier,
+                         r.pinned, r.uri if show_uris else None) for r in rows]  # fmt: skip
+
+
+def set_pinned(conn: Connection, artifact_id: int, pinned: bool) -> None:
+    """Pin (or unpin) artifact `artifact_id`: retention never touches a pinned artifact."""
+    a = S.artifacts
+    conn.execute(update(a).where(a.c.id == artifact_id).values(pinned=pinned))
 
 
 def delete_if_unused(engine: Engine, blobs: BlobStore, uri: str, now: float,

@@ -1,9 +1,11 @@
-"""Writing run metadata rows: params (with hot-param promotion), tags, and upserts per dialect.
+"""Writing run metadata rows: datasets, runs, params (with hot-param promotion), tags, upserts.
 
-Contract: `write_params(conn, run_id, params)` and `write_tags(conn, run_id, tags)` upsert
-key/value rows of one run inside the caller's write transaction; `upsert(dialect, table,
-keys, values)` is the cached ``INSERT ... ON CONFLICT DO UPDATE`` statement they (and the
-metric batches of `run.Run`) execute with many rows at once.
+Contract: `register_dataset(conn, project_id, ...)` inserts a dataset version (or finds the
+identical one); `insert_run(conn, project_id, ...)` inserts a run with its params, tags and
+input lineage edges; `write_params(conn, run_id, params)` and `write_tags(conn, run_id,
+tags)` upsert key/value rows of one run; all inside the caller's write transaction.
+`upsert(dialect, table, keys, values)` is the cached ``INSERT ... ON CONFLICT DO UPDATE``
+statement they (and the metric batches of `run.Run`) execute with many rows at once.
 
 Design decisions:
 - A param is stored as its string and, when it is a number, as a float too (`number`), so
@@ -17,20 +19,27 @@ Design decisions:
 - Upserts send their rows sorted by key: two transactions upserting the same keys then lock
   the rows in the same order and wait for each other instead of deadlocking (PostgreSQL
   locks each row as it goes; in different orders, 8 writers on 20 keys deadlocked).
-- No access checks here: the caller checks WRITE inside the same transaction.
+- Datasets are immutable: registering a name and version again with another URI or hash
+  is refused (`TrackingError`), with the same ones it returns the existing row.
+- No access checks here: the caller checks WRITE inside the same transaction (and that the
+  run's inputs are visible to it).
 """
 
 from __future__ import annotations
 
 import functools
+import time
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Table, update
+from sqlalchemy import Connection, Insert, Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from mlinfra_lab.tracking import schema as S
+from mlinfra_lab.tracking.errors import TrackingError
 
-__all__ = ["insert_ignoring_conflicts", "number", "upsert", "write_params", "write_tags"]
+__all__ = ["insert_ignoring_conflicts", "insert_run", "number", "register_dataset", "upsert",
+           "write_params", "write_tags"]  # fmt: skip
 
 
 def number(v: Any) -> float | None:
@@ -88,3 +97,40 @@ def write_tags(conn: Connection, run_id: int, tags: dict[str, Any]) -> None:
         rows = sorted(({"run_id": run_id, "key": str(k), "value": str(v)} for k, v in tags.items()),
                       key=lambda r: r["key"])  # one lock order for every writer
         conn.execute(upsert(conn.dialect.name, S.tags, ("run_id", "key"), ("value",)), rows)
+
+
+def register_dataset(conn: Connection, project_id: int, name: str, version: str, uri: str,
+                     sha256: str | None) -> int:  # fmt: skip
+    """Id of dataset `name`@`version` of the project, inserted unless it exists with the same
+    URI (and hash, when given); another URI or hash raises `TrackingError`."""
+    d = S.datasets
+    row = conn.execute(select(d).where(d.c.project_id == project_id, d.c.name == name,
+                                       d.c.version == version)).first()  # fmt: skip
+    if row is None:
+        return conn.execute(d.insert().values(
+            project_id=project_id, name=name, version=version, uri=uri, sha256=sha256,
+            created_at=time.time())).inserted_primary_key[0]  # fmt: skip
+    if row.uri != uri or (sha256 and row.sha256 != sha256):
+        raise TrackingError(f"dataset {name}@{version} already exists with another URI or hash; "
+                            "datasets are immutable: register a new version")  # fmt: skip
+    return row.id
+
+
+def insert_run(conn: Connection, project_id: int, name: str, user: str, code_commit: str | None,
+               created_at: float, params: dict[str, Any], tags: dict[str, Any],
+               inputs: Sequence[str]) -> int:  # fmt: skip
+    """Insert a RUNNING run with its params (hot ones in their columns), tags, and lineage
+    edges from its `inputs` (node ids) and its code commit; return its id."""
+    hot = {col: number(params[k]) for k, col in S.HOT_PARAMS.items() if k in params}
+    run_id = conn.execute(S.runs.insert().values(
+        project_id=project_id, name=name, status="RUNNING", user=user, code_commit=code_commit,
+        created_at=created_at, **hot)).inserted_primary_key[0]  # fmt: skip
+    write_params(conn, run_id, params, hot_done=True)
+    write_tags(conn, run_id, tags)
+    run = f"run:{run_id}"
+    edges = [{"src": n, "dst": run, "relation": "consumed"} for n in inputs]
+    if code_commit:
+        edges.append({"src": f"code:{code_commit}", "dst": run, "relation": "ran_code"})
+    if edges:
+        conn.execute(S.lineage_edges.insert(), edges)
+    return run_id
