@@ -137,7 +137,7 @@ bench-staleness: setup
 # MLflow runs its log/create phases at 2% scale (it is ~100x slower per call); searches use 100k runs for both.
 # (Its --out is a folder, in which it writes cpu-tracking-YYYY-MM-DD.json.)
 bench-tracking: setup
-	$(BIN)/mlinfra-lab bench tracking --mlflow-scale 0.02 --out benchmarks/results
+	$(BIN)/mlinfra-lab bench tracking --mlflow-scale 0.02 --out benchmarks/results/cpu-tracking-$(shell date -u +%Y-%m-%d).json
 
 # Attention: on a GPU the full bf16 sweep, checked against the committed H200 baseline
 # (fails when a shape is >10% slower; pass ATTN_BASELINE= to skip the check on other GPUs);

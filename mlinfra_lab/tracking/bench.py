@@ -325,9 +325,12 @@ def run_benchmark(cfg: BenchConfig, workdir: str | None = None, progress=None) -
     return result
 
 
-def save(result: dict[str, Any], out_dir: str | os.PathLike = "benchmarks/results") -> Path:
-    """Write `result` as ``cpu-tracking-<date>.json`` under `out_dir`; return the path."""
-    path = Path(out_dir) / f"cpu-tracking-{result['date'][:10]}.json"
+def save(result: dict[str, Any], out: str | os.PathLike = "benchmarks/results") -> Path:
+    """Write `result` to `out`: a ``.json`` file name as given (the convention of every bench
+    target's ``--out FILE``), else a folder, as ``cpu-tracking-<date>.json`` in it; return
+    the path."""
+    out = Path(out)
+    path = out if out.suffix == ".json" else out / f"cpu-tracking-{result['date'][:10]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path

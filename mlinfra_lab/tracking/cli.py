@@ -208,5 +208,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--repeats", type=int, default=30, help="timed calls per search query")
     b.add_argument("--no-mlflow", action="store_true", help="measure this store only")
     b.add_argument("--workdir", default=None, help="directory for the temporary databases (default: system temp)")
-    b.add_argument("--out", default="benchmarks/results", help="directory for the JSON result ('' to skip)")
+    b.add_argument("--out", metavar="FILE", default="benchmarks/results",
+                   help="the JSON result: a file name (e.g. benchmarks/results/cpu-tracking-"
+                   "YYYY-MM-DD.json), or a folder to write cpu-tracking-DATE.json into "
+                   "(default: benchmarks/results; '' to skip)")
     b.set_defaults(func=_bench)
