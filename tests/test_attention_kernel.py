@@ -171,7 +171,7 @@ def test_flash_v2_forward_matches_float64_reference(b, h, n_q, n_k, d, causal, d
 
 
 def test_flash_version_switch(monkeypatch):
-    from mlinfra_lab.attention.flash import DEFAULT_VERSION, resolve_version
+    from mlinfra_lab.attention.flash import DEFAULT_VERSION, KernelVersionWarning, resolve_version
 
     monkeypatch.delenv("MLINFRA_ATTENTION_KERNEL", raising=False)
     assert resolve_version() == DEFAULT_VERSION and resolve_version(1) == 1
@@ -182,7 +182,8 @@ def test_flash_version_switch(monkeypatch):
     # a negative scale takes the v1 path (v2 takes the max before scaling): still correct
     g = torch.Generator().manual_seed(11)
     q, k, v = (torch.randn(1, 1, 20, 16, generator=g).to(DEVICE) for _ in range(3))
-    out = flash_attention(q, k, v, sm_scale=-0.3, version=2)
+    with pytest.warns(KernelVersionWarning, match="needs a scale > 0"):  # said, not silent
+        out = flash_attention(q, k, v, sm_scale=-0.3, version=2)
     torch.testing.assert_close(out, naive_attention(q, k, v, sm_scale=-0.3), rtol=1e-4, atol=1e-4)
 
 

@@ -19,7 +19,7 @@ CPU interpreter (when there is no GPU) before its first triton import.
 
 from mlinfra_lab.attention._checks import AttentionInputError
 from mlinfra_lab.attention.banks import bank_conflict_degree, bank_word_counts, tile_addresses
-from mlinfra_lab.attention.flash import flash_attention, flash_attention_lse
+from mlinfra_lab.attention.flash import KernelVersionWarning, flash_attention, flash_attention_lse
 from mlinfra_lab.attention.reference import (
     OnlineSoftmaxState,
     naive_attention,
@@ -41,6 +41,7 @@ __all__ = [
     "BACKENDS",
     "AttentionInputError",
     "BackendTiming",
+    "KernelVersionWarning",
     "OnlineSoftmaxState",
     "TileConfigError",
     "TileTiming",

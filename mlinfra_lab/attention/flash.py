@@ -45,7 +45,9 @@ backward is shared): v1 is described above and is the default. v2 loads tiles th
 in-kernel TMA tensor descriptors and folds the scale into one FMA; it was predicted to gain
 5-12% on Hopper and measured 5-20% slower on the H200
 (``benchmarks/results/h200-attention-2026-12-02-v2.json``: a fixed cost per program, most
-likely the descriptor creation), so it stays as a documented, tested alternative.
+likely the descriptor creation), so it stays as a documented, tested alternative. v2 needs a
+positive scale and 16-byte aligned tensors; without them v1 runs and a
+`KernelVersionWarning` says why (never a silent switch).
 
 Caveats: causal attention needs equal query and key lengths (`_checks`). The backward
 pass recomputes ``QK^T`` and ``dO V^T`` in both backward kernels: FA2's 5 matmuls become 7,
@@ -60,6 +62,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -67,7 +70,8 @@ import torch
 from mlinfra_lab import runtime
 from mlinfra_lab.attention._checks import AttentionInputError, check_kernel_inputs
 
-__all__ = ["DEFAULT_VERSION", "flash_attention", "flash_attention_lse", "resolve_version"]
+__all__ = ["DEFAULT_VERSION", "KernelVersionWarning", "flash_attention", "flash_attention_lse",
+           "resolve_version"]
 
 LOG2E = 1.4426950408889634
 DEFAULT_VERSION = 1  # the forward kernel used when neither the call nor the env picks one
@@ -110,6 +114,19 @@ def _batch_chunks(b: int, h: int) -> list[tuple[int, int]]:
     return [(s, min(b, s + per)) for s in range(0, b, per)]
 
 
+class KernelVersionWarning(UserWarning):
+    """The requested kernel version cannot run on these inputs; the other one ran instead."""
+
+
+def _v2_unusable(sm_scale: float, tensors: tuple[torch.Tensor, ...]) -> str | None:
+    """Why the v2 forward cannot take these inputs (None when it can)."""
+    if sm_scale <= 0:
+        return f"scale {sm_scale:g}: v2 takes the row max before scaling, so it needs a scale > 0"
+    if any(t.data_ptr() % 16 for t in tensors):
+        return "a tensor's base is not 16-byte aligned, which its TMA copies need"
+    return None
+
+
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
              sm_scale: float, version: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel; returns O and the base-2 LSE ``[B*H, Nq]`` (fp32)."""
@@ -125,8 +142,11 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
         cq, ck, cv, co, clse = q[s:e], k[s:e], v[s:e], o[s:e], lse[s * h : e * h]
         grid = lambda meta, rows=(e - s) * h: (_cdiv(n_q, meta["BLOCK_M"]), rows)  # noqa: E731
         # v2 needs 16-byte aligned bases (the copy engine) and a positive scale (max first)
-        if version == 2 and sm_scale > 0 and all(t.data_ptr() % 16 == 0
-                                                 for t in (cq, ck, cv, co)):
+        why_not = _v2_unusable(sm_scale, (cq, ck, cv, co)) if version == 2 else None
+        if why_not:
+            warnings.warn(f"flash_attention(version=2) cannot run here ({why_not}): ran v1",
+                          KernelVersionWarning, stacklevel=4)
+        if version == 2 and not why_not:
             from mlinfra_lab.attention._flash_kernels import set_descriptor_allocator
 
             set_descriptor_allocator()
