@@ -85,3 +85,19 @@ def test_chapter_measurements_small(tmp_path):
     sim = experiments.simulate_retention(policy, days=90, runs_per_day=2, ckpts_per_run=3, ckpt_bytes=1)
     assert sim.unmanaged_bytes[-1] > sim.kept_bytes[-1] + sim.cold_bytes[-1]
     assert all(h + c <= u for h, c, u in zip(sim.kept_bytes, sim.cold_bytes, sim.unmanaged_bytes, strict=True))
+
+
+def test_params_and_history_in_json_against_columns_and_tables(tmp_path):
+    """Same answer both ways; the promoted column is an index search, the JSON path a scan;
+    appending to a JSON history rewrites the document (it grows), a table row does not."""
+    res = experiments.hot_params_vs_json(tmp_path, runs=3000, history=(10, 2000), repeats=1)
+    assert res["json"]["rows"] == res["promoted"]["rows"] > 0
+    assert any("INDEX ix_runs_hot_lr" in step for step in res["promoted"]["plan"])
+    assert any(step.startswith("SCAN runs") for step in res["json"]["plan"])
+    assert [a["history"] for a in res["append"]] == [10, 2000]
+    import sqlite3
+
+    con = sqlite3.connect(tmp_path / "json_vs_columns.db")
+    lengths = [n for (n,) in con.execute("SELECT json_array_length(metrics, '$.loss') FROM doc")]
+    points = con.execute("SELECT count(*) FROM points").fetchone()[0]
+    assert lengths == [10 + 2, 2000 + 2] and points == 10 + 2000 + 2 * 2  # warm-up + 1 timed
