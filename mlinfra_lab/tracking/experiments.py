@@ -12,6 +12,8 @@ Design decisions:
 - So does the JSON measurement (`hot_params_vs_json`): params and metric history kept in
   a JSON document per run, the schema-less design, against a promoted indexed column and
   an append-only history table, in one SQLite file of the size given.
+- The figures of these measurements are `figures`' ``plot_*`` functions, re-exported here
+  (``experiments.plot_*``) so the notebook reads one module.
 - The retention simulation is pure (it calls `plan_retention` on `ArtifactRecord`s day by
   day), so a year of runs costs milliseconds and needs no storage at all.
 """
@@ -27,10 +29,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from mlinfra_lab.tracking.figures import (
+    plot_bench,
+    plot_cache_hit_rates,
+    plot_inline_vs_reference,
+    plot_json_appends,
+    plot_lineage,
+    plot_retention,
+)
 from mlinfra_lab.tracking.retention import DAY, ArtifactRecord, RetentionPolicy, plan_retention
 
-__all__ = ["hot_params_vs_json", "index_effect", "inline_vs_reference", "populate_demo",
-           "simulate_retention", "skewed_access_hit_rates"]
+__all__ = ["hot_params_vs_json", "index_effect", "inline_vs_reference", "plot_bench",
+           "plot_cache_hit_rates", "plot_inline_vs_reference", "plot_json_appends", "plot_lineage",
+           "plot_retention", "populate_demo", "simulate_retention", "skewed_access_hit_rates"]
 
 
 def _median_ms(fn, repeats: int) -> float:

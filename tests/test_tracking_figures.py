@@ -1,0 +1,62 @@
+"""Chapter 4's figures (`experiments.plot_*`) draw what the measurements return."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import networkx as nx  # noqa: E402
+import pytest  # noqa: E402
+
+from mlinfra_lab.tracking import RetentionPolicy, RetentionRule, experiments  # noqa: E402
+from mlinfra_lab.tracking.cache import CacheStats  # noqa: E402
+
+pytestmark = pytest.mark.tracking
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def test_each_measurement_has_its_figure(tmp_path):
+    ivr = experiments.inline_vs_reference(tmp_path, runs=5, blob_bytes=10_000, repeats=1)
+    ax = experiments.plot_inline_vs_reference(ivr).axes[0]
+    assert len(ax.patches) == 8 and ax.get_xscale() == "log"  # 4 measures x 2 designs
+
+    hpj = experiments.hot_params_vs_json(tmp_path, runs=200, history=(10, 100), repeats=1)
+    lines = experiments.plot_json_appends(hpj).axes[0].get_lines()
+    assert [list(line.get_xdata()) for line in lines] == [[10, 100], [10, 100]]
+
+    sim = experiments.skewed_access_hit_rates([10] * 20, [10, 100, 200], accesses=200)
+    stats = CacheStats(hits=3, misses=1, evictions=0, bytes_cached=100, max_bytes=100)
+    ax = experiments.plot_cache_hit_rates(sim, stats, 10, "demo").axes[0]
+    assert list(ax.get_lines()[1].get_xdata()) == [10] and ax.get_title() == "demo"
+
+    policy = RetentionPolicy((RetentionRule(keep_all_days=5, keep_last_runs=1, cold_after_days=10,
+                                            delete_after_days=20),), cold_root="memory://c")
+    ret = experiments.simulate_retention(policy, days=30, runs_per_day=1, ckpts_per_run=2,
+                                         ckpt_bytes=1)
+    assert len(experiments.plot_retention(ret).axes[0].collections) == 2  # hot and cold stacked
+    assert len(experiments.plot_retention(ret, stacked=False).axes[0].get_lines()) == 2
+
+
+def test_lineage_is_drawn_left_to_right():
+    g = nx.DiGraph()
+    g.add_edge("dataset:1", "run:1", relation="input")
+    g.add_edge("run:1", "artifact:1", relation="output")
+    fig = experiments.plot_lineage(g)
+    assert [g.nodes[n]["layer"] for n in ("dataset:1", "run:1", "artifact:1")] == [0, 1, 2]
+    assert fig.axes[0].get_title().startswith("lineage")
+
+
+def test_the_benchmark_figure_with_and_without_mlflow():
+    search = {"db_runs": 10, "queries": [{"name": "a", "p50_ms": 1.0}, {"name": "b", "p50_ms": 2.0}]}
+    ours = {"log": {"points_per_s": 1e5}, "search": search}
+    mlflow = {"log": {"points_per_s": 1e3}, "log_batched_1000": {"points_per_s": 1e4},
+              "search": search}
+    alone = experiments.plot_bench({"systems": {"mlinfra": ours}})
+    assert len(alone.axes[0].patches) == 1 and len(alone.axes[1].patches) == 2
+    both = experiments.plot_bench({"systems": {"mlinfra": ours, "mlflow": mlflow}})
+    assert len(both.axes[0].patches) == 3 and len(both.axes[1].patches) == 4
