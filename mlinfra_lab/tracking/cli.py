@@ -4,16 +4,15 @@ Contract: `register(commands, bench)` adds ``track`` (``runs search``, ``lineage
 ``retention plan|apply``, ``gc``, ``grant``) and ``bench tracking``; every handler opens
 the store named by ``--db`` / ``--artifacts`` (or ``$MLINFRA_TRACKING_DB`` /
 ``$MLINFRA_TRACKING_ARTIFACTS``), acts as ``--user`` (default: ``$MLINFRA_USER`` or the OS
-user), prints a table or JSON, and returns 0; store errors become one-line `CommandError`s.
+user), prints a table or JSON, and returns 0; store errors (`TrackingError`, an `MlinfraError`) reach ``mlinfra-lab``'s
+main, which prints them as one line; a bad ``--policy`` is a `CommandError` naming it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-from collections.abc import Iterator
 from datetime import datetime, timezone
 
 from mlinfra_lab.errors import CommandError
@@ -27,31 +26,29 @@ def _store(args: argparse.Namespace):
     return TrackingStore(args.db, args.artifacts, default_user=args.user)
 
 
-@contextlib.contextmanager
-def _errors(*extra: type[Exception]) -> Iterator[None]:
-    """Turn a store error (and any of `extra`) raised inside the block into a one-line `CommandError`."""
-    from mlinfra_lab.tracking import TrackingError
-
-    try:
-        yield
-    except (TrackingError, *extra) as err:
-        raise CommandError(str(err).replace("\n", " | ")) from err
-
-
 def _policy(args: argparse.Namespace):
     from mlinfra_lab.tracking import RetentionPolicy, RetentionRule
 
-    if args.policy:
-        with open(args.policy) as f:
-            spec = json.load(f)
-        return RetentionPolicy(tuple(RetentionRule(**r) for r in spec["rules"]), spec.get("cold_root"))
-    rule = RetentionRule(kind=args.kind, keep_all_days=args.keep_days, keep_last_runs=args.keep_runs,
-                         cold_after_days=args.cold_after, delete_after_days=args.delete_after)  # fmt: skip
-    return RetentionPolicy((rule,), args.cold_root)
+    try:
+        if args.policy:
+            with open(args.policy) as f:
+                spec = json.load(f)
+            rules = tuple(RetentionRule(**r) for r in spec["rules"])
+            return RetentionPolicy(rules, spec.get("cold_root"))
+        rule = RetentionRule(kind=args.kind, keep_all_days=args.keep_days,
+                             keep_last_runs=args.keep_runs, cold_after_days=args.cold_after,
+                             delete_after_days=args.delete_after)
+        return RetentionPolicy((rule,), args.cold_root)
+    except OSError as err:
+        raise CommandError(f"--policy {args.policy}: cannot read ({err.strerror})") from err
+    except (ValueError, TypeError, KeyError) as err:  # bad JSON, unknown or invalid fields
+        where = f"--policy {args.policy}" if args.policy else "the retention options"
+        raise CommandError(f"{where}: not a valid retention policy ({err}); see "
+                           "`mlinfra-lab track retention --help`") from err
 
 
 def _runs_search(args: argparse.Namespace) -> int:
-    with _errors(), _store(args) as store:
+    with _store(args) as store:
         project = None if args.project == "*" else args.project
         runs = store.search_runs(project, args.filter, args.order_by, args.limit)
     if args.json:
@@ -66,7 +63,7 @@ def _runs_search(args: argparse.Namespace) -> int:
 
 
 def _lineage(args: argparse.Namespace) -> int:
-    with _errors(), _store(args) as store:
+    with _store(args) as store:
         g = store.lineage(args.node, args.direction, args.depth)
     if args.json:
         print(json.dumps({"root": g.root, "nodes": g.nodes, "edges": g.edges, "deleted": g.deleted}, indent=2))
@@ -78,10 +75,9 @@ def _lineage(args: argparse.Namespace) -> int:
 
 
 def _retention(args: argparse.Namespace) -> int:
-    with _errors(ValueError, OSError):
-        policy = _policy(args)
-        with _store(args) as store:
-            plan = store.apply_retention(policy, dry_run=args.action == "plan")
+    policy = _policy(args)
+    with _store(args) as store:
+        plan = store.apply_retention(policy, dry_run=args.action == "plan")
     if args.json:
         print(json.dumps({"summary": plan.summary(), "actions": [a.__dict__ for a in plan.actions]}, indent=2))
         return 0
@@ -92,7 +88,7 @@ def _retention(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    with _errors(), _store(args) as store:
+    with _store(args) as store:
         report = store.gc(grace_seconds=args.grace, dry_run=args.dry_run, stale_upload_seconds=args.stale_uploads)
     verb = "would delete" if report.dry_run else "deleted"
     print(f"{verb} {len(report.deleted)} unreferenced blob(s), {report.bytes_freed} bytes; "
@@ -101,7 +97,7 @@ def _gc(args: argparse.Namespace) -> int:
 
 
 def _grant(args: argparse.Namespace) -> int:
-    with _errors(), _store(args) as store:
+    with _store(args) as store:
         store.grant(args.project, args.principal, args.level, kind=args.kind)
     print(f"{args.principal} now holds {args.level.upper()} on {args.project}")
     return 0
