@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import MarkerError
-from .markers import has_tag
+from .markers import has_tag, points_and_exercise
 
 __all__ = [
     "MANUAL_TAG",
@@ -75,19 +75,12 @@ def manual_cells(nb: Any, lab: str = "lab") -> list[ManualCell]:
         if cell_id in seen:
             raise MarkerError(f"{where}: the id is used twice; give each cell its own id")
         seen.add(cell_id)
-        meta = cell.get("metadata", {})
-        points, exercise = meta.get("points"), meta.get("exercise")
-        if isinstance(points, bool) or not isinstance(points, int | float) or points <= 0:
-            raise MarkerError(f"{where}: metadata 'points' must be a number > 0, "
-                              f"got {points!r}")
-        if not isinstance(exercise, str) or not exercise.strip():
-            raise MarkerError(f"{where}: metadata 'exercise' must name the exercise, "
-                              f"got {exercise!r}")
+        points, exercise = points_and_exercise(cell.get("metadata", {}), where,
+                                               zero_allowed=False)
         if any(has_tag(cell, t) for t in ("grader", "readonly")):
             raise MarkerError(f"{where} is also tagged grader or readonly; a written answer "
                               "is only 'manual'")
-        found.append(ManualCell(cell_id, exercise.strip(), float(points), index,
-                                cell.get("source", "")))
+        found.append(ManualCell(cell_id, exercise, points, index, cell.get("source", "")))
     return found
 
 

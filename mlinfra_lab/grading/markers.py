@@ -59,6 +59,7 @@ __all__ = [
     "has_tag",
     "is_grader",
     "is_readonly",
+    "points_and_exercise",
     "readonly_cells",
     "replace_solutions",
     "solution_exercise",
@@ -211,6 +212,20 @@ def _forbid_list(meta: dict, where: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def points_and_exercise(meta: dict, where: str, zero_allowed: bool = True) -> tuple[float, str]:
+    """A marked cell's ``points`` (a number, >= 0, or > 0 when `zero_allowed` is False) and
+    ``exercise`` (a non-empty name, stripped) from its metadata; `MarkerError` naming `where`."""
+    points, exercise = meta.get("points"), meta.get("exercise")
+    if isinstance(points, bool) or not isinstance(points, int | float) or points < 0 or (
+            points == 0 and not zero_allowed):
+        raise MarkerError(f"{where}: metadata 'points' must be a number "
+                          f"{'>=' if zero_allowed else '>'} 0, got {points!r}")
+    if not isinstance(exercise, str) or not exercise.strip():
+        raise MarkerError(f"{where}: metadata 'exercise' must name the exercise, "
+                          f"got {exercise!r}")
+    return float(points), exercise.strip()
+
+
 def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
     """The grader cells of notebook `nb`, validated; raises `MarkerError` naming the cell."""
     found: list[GraderCell] = []
@@ -231,13 +246,7 @@ def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
             raise MarkerError(f"{where}: the id is used twice; give each grader cell its own id")
         seen.add(cell_id)
         meta = cell.get("metadata", {})
-        points, exercise = meta.get("points"), meta.get("exercise")
-        if isinstance(points, bool) or not isinstance(points, int | float) or points < 0:
-            raise MarkerError(f"{where}: metadata 'points' must be a number >= 0, "
-                              f"got {points!r}")
-        if not isinstance(exercise, str) or not exercise.strip():
-            raise MarkerError(f"{where}: metadata 'exercise' must name the exercise, "
-                              f"got {exercise!r}")
+        points, exercise = points_and_exercise(meta, where)
         text = cell.get("source", "")
         if any(line.strip() in (SOLUTION_BEGIN, SOLUTION_END) for line in text.splitlines()):
             raise MarkerError(f"{where}: a grader cell cannot hold a solution span; move the "
@@ -250,8 +259,7 @@ def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
         if has_tag(cell, READONLY_TAG):
             raise MarkerError(f"{where} is tagged both 'grader' and '{READONLY_TAG}'; a grader "
                               "is already restored at grading: remove the readonly tag")
-        found.append(GraderCell(cell_id, exercise.strip(), float(points), index, text, forbid,
-                                tuple(preamble)))
+        found.append(GraderCell(cell_id, exercise, points, index, text, forbid, tuple(preamble)))
     return found
 
 
