@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import io
-import tracemalloc
 
 import pytest
+from _artifact_streaming import open_and_hash
 from sqlalchemy import text
 
 from mlinfra_lab.tracking import IntegrityError, QueryError
@@ -125,18 +125,8 @@ def test_open_artifact_streams_a_blob_of_megabytes(store, tmp_path, cache_bytes)
     art = run.log_artifact(io.BytesIO(data), "big.bin")
     honest = run.log_artifact(b"small", "small.bin")
     del data
-    tracemalloc.start()
-    try:
-        f = store.open_artifact(art.id)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    with f:
-        assert not isinstance(f, io.BytesIO) and f.fileno() >= 0, "an open file, not bytes in memory"
-        h = hashlib.sha256()
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    assert h.hexdigest() == art.sha256
+    digest, peak = open_and_hash(store, art.id)
+    assert digest == art.sha256
     assert peak < 4 << 20, f"open_artifact held {peak / 2**20:.1f} MiB of a 12 MiB blob in memory"
     with open(store.blobs._path(art.uri), "r+b") as blob:
         blob.write(b"tampered")

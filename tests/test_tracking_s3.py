@@ -15,10 +15,10 @@ import socket
 import subprocess
 import sys
 import time
-import tracemalloc
 import uuid
 
 import pytest
+from _artifact_streaming import open_and_hash
 
 from mlinfra_lab.tracking import IntegrityError, RetentionPolicy, RetentionRule
 from mlinfra_lab.tracking.testing import available_backends, fresh_store
@@ -123,16 +123,6 @@ def test_open_artifact_streams_an_object_of_megabytes(store):
     run = store.start_run("p", name="big")
     art = run.log_artifact(io.BytesIO(data), "big.bin")
     del data
-    tracemalloc.start()
-    try:
-        f = store.open_artifact(art.id)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    with f:
-        assert not isinstance(f, io.BytesIO) and f.fileno() >= 0, "an open file, not bytes in memory"
-        h = hashlib.sha256()
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    assert h.hexdigest() == art.sha256
+    digest, peak = open_and_hash(store, art.id)
+    assert digest == art.sha256
     assert peak < 6 << 20, f"open_artifact held {peak / 2**20:.1f} MiB of a 12 MiB object in memory"
