@@ -194,3 +194,17 @@ def test_two_rank_straggler_is_scored_against_the_other_rank():
     scores = load_run(run).straggler_scores()
     assert scores[0] == pytest.approx(1.0)
     assert scores[1] == pytest.approx(156.67 / 90, rel=1e-3)
+
+
+def test_a_shrunken_batch_is_not_mistaken_for_communication():
+    """Per rank batch 32 -> 2: the step's all-reduce grew by 30 ms, but at a 16x smaller batch
+    that growth costs 16x more per sample; the amplification is the small batch's. (Scored
+    at the large batch, communication and small_batch were a near tie, decided by noise.)"""
+    small = load_run(fake_run(2, 100, 10, batch=32))
+    large = load_run(fake_run(4, 60, 40, batch=2))
+    d = diagnose(small, large)
+    shares = {h.cause: h.explained for h in d.hypotheses}
+    assert d.primary_cause == "small_batch", d.report()
+    assert shares["small_batch"] > 0.9 > 0.1 > shares["communication"], shares
+    no_shrink = diagnose(small, load_run(fake_run(4, 130, 40, batch=32)))
+    assert no_shrink.primary_cause == "communication", no_shrink.report()

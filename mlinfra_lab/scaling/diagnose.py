@@ -13,7 +13,10 @@ Design decisions (the course text's five steps, made arithmetic):
   communication split into transport (step 3: the in-job bus bandwidth collapsed, or NCCL's
   log shows a TCP/SHM fallback) and ordinary communication (step 1), and a straggler's
   extra compute (step 4), which the other ranks see as waiting inside the all-reduce, so it
-  is taken out of their exposed communication before that is scored.
+  is taken out of their exposed communication before that is scored. When the per-rank
+  batch shrank, a phase's per-step growth costs more per sample; the part due to the
+  smaller batch alone (the growth times 1/b_L - 1/b_S) is scored as small_batch, so a
+  shrunken batch is not mistaken for communication (they were a near tie under load).
 - The typical rank is the median rank; the straggler score of a rank is its compute time
   over the median rank's; a rank above `STRAGGLER_SCORE` whose extra compute is at least
   `STRAGGLER_MIN_SHARE` of the step is a straggler (a 30% jitter on a 5 ms compute is not).
@@ -173,16 +176,20 @@ def diagnose(small_run: Any, large_run: Any, nccl_log: str | NcclTransport | Non
     # all-reduce; that wait belongs to the loader, not to communication.
     skew = max(0.0, _skew(large) - _skew(small)) / lg["n"]
     # Communication (steps 1, 3): exposed comm growth, less the waits for stragglers and data.
-    d_comm = max(0.0, (lg["comm"] - s["comm"]) / lg["n"] - d_straggler - skew)
+    # When the per-rank batch shrank, the same per-step growth costs more per sample; that
+    # amplification, growth x (1/b_L - 1/b_S), is the small batch's doing (step 2): scored at
+    # the small run's batch, communication is what would remain had the batch stayed.
+    shrank = large.rank_batch < small.rank_batch  # step 2
+    amplified = max(0.0, lg["comm"] - s["comm"]) * spread if shrank else 0.0
+    d_comm = max(0.0, (lg["comm"] - s["comm"]) / lg["n"] - amplified - d_straggler - skew)
     transport = nccl_log if isinstance(nccl_log, NcclTransport) else (
         parse_nccl_log(nccl_log) if nccl_log else None)
     bw_small, bw_large = small.busbw(), large.busbw()
     bw_drop = bool(bw_small and bw_large and bw_large < TRANSPORT_DROP * bw_small)
     slow_transport = bw_drop or bool(transport and transport.slow)
     d_data = max(0.0, (lg["data"] - s["data"]) / lg["n"]) + skew  # step 1b
-    shrank = large.rank_batch < small.rank_batch  # step 2
     d_batch = max(0.0, s["step"] * spread + (lg["compute"] - s["compute"]) / lg["n"]
-                  - d_straggler) if shrank else 0.0
+                  + amplified - d_straggler) if shrank else 0.0
     s["per_sample"], lg["per_sample"] = s["compute"] / s["n"], lg["compute"] / lg["n"]
 
     hyps = [
