@@ -108,16 +108,18 @@ def merge_manual_scores(gradebook_dir: Path | str, scores_csv: Path | str,
         points_text = (row.get("points") or "").strip()
         if not points_text:
             continue  # still pending
-        student, lab = _unescape(row.get("student") or ""), _unescape(row.get("lab") or "")
+        student, lab = row.get("student") or "", row.get("lab") or ""
         cell_id = (row.get("cell_id") or "").strip()
-        key = (student, lab, cell_id) if cell_id else (
-            student, lab, "exercise:" + _unescape(row.get("exercise") or "").strip())
-        if key not in index:
+        exercise = (row.get("exercise") or "").strip()
+        which = f"cell {cell_id}" if cell_id else f"exercise {exercise}"
+        keys = [(name, lb, cell_id or "exercise:" + _unescape(exercise))  # as written, then
+                for name, lb in ((student, lab), (_unescape(student), _unescape(lab)))]
+        found = next((index[k] for k in keys if k in index), None)  # without the ' escape
+        if found is None:
             raise ManualScoreError(
                 f"{sheet}:{line}: no written answer of student {student!r} in lab {lab!r} "
-                f"({'cell ' + cell_id if cell_id else 'exercise ' + key[2][9:]!r}) in "
-                f"{folder}; copy student, lab and cell_id from manual.csv")
-        r, c = index[key]
+                f"({which}) in {folder}; copy student, lab and cell_id from manual.csv")
+        r, c = found
         cell = report.results[r].cells[c]
         try:
             points = float(points_text)
