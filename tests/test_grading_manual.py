@@ -60,9 +60,12 @@ def graded(tmp_path_factory):
             next(c for c in nb.cells if c.get("id") == "answer-bound").source = answer
         (root / "subs" / name).mkdir(parents=True)
         nbformat.write(nb, str(root / "subs" / name / "05_bound.ipynb"))
-    code, _ = _cli(["grade", "--secret", SECRET, "--source", str(root / "labs"), "--out",
-                    str(root / "gb"), str(root / "subs")])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["grade", "--secret", SECRET, "--source", str(root / "labs"), "--out",
+                     str(root / "gb"), str(root / "subs")])
     assert code == 0
+    assert "2 / 5 (3 of them for written answers, to grade by hand" in out.getvalue()
     return root, root / "gb"
 
 

@@ -248,7 +248,10 @@ def _grade(args: argparse.Namespace) -> int:
     report = grade_submissions(args.submissions, args.source, config, progress=True)
     csv_path, json_path = write_gradebook(report, args.out)
     for result in report.results:
-        print(f"{result.student:20s} {result.lab:24s} {result.points:g} / {result.max_points:g}")
+        by_hand = sum(c.max_points for c in result.cells if c.manual)
+        print(f"{result.student:20s} {result.lab:24s} {result.points:g} / {result.max_points:g}"
+              + (f" ({by_hand:g} of them for written answers, to grade by hand: manual.csv)"
+                 if by_hand else ""))
     for line in report.warnings:
         print(f"warning: {line}", file=sys.stderr)
     if not config.record()["non_default_secret"]:
