@@ -207,6 +207,7 @@ def _merge(args: argparse.Namespace, secret: str) -> int:
 def _manual(args: argparse.Namespace, secret: str) -> int:
     from .errors import GradingError
     from .gradebook import write_gradebook
+    from .manual import PENDING
     from .manual_scores import merge_manual_scores
 
     if not args.out or args.submissions or args.source or args.merge:
@@ -217,7 +218,7 @@ def _manual(args: argparse.Namespace, secret: str) -> int:
     except GradingError as err:
         raise CommandError(str(err)) from err
     csv_path, _ = write_gradebook(report, args.out, secret)
-    pending = sum(c.manual and c.message.startswith("needs manual") for r in report.results
+    pending = sum(c.manual and c.message.startswith(PENDING) for r in report.results
                   for c in r.cells)
     print(f"merged {merged} hand-graded answers from {args.manual}; {pending} still pending "
           f"-> {csv_path}")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import MarkerError
-from .markers import has_tag, points_and_exercise
+from .markers import has_tag, points_and_exercise, require_unique_id
 
 __all__ = [
     "MANUAL_TAG",
@@ -69,12 +69,7 @@ def manual_cells(nb: Any, lab: str = "lab") -> list[ManualCell]:
         if cell.get("cell_type") != "markdown":
             raise MarkerError(f"{where} is a {cell.get('cell_type')} cell; written answers "
                               "are markdown cells (nothing in them is run)")
-        if not cell_id:
-            raise MarkerError(f"{where} has no cell id; re-save the notebook with nbformat "
-                              ">= 4.5 so answers can be found by id")
-        if cell_id in seen:
-            raise MarkerError(f"{where}: the id is used twice; give each cell its own id")
-        seen.add(cell_id)
+        require_unique_id(cell_id, where, seen, " so answers can be found by id")
         points, exercise = points_and_exercise(cell.get("metadata", {}), where,
                                                zero_allowed=False)
         if any(has_tag(cell, t) for t in ("grader", "readonly")):

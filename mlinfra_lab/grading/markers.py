@@ -60,6 +60,7 @@ __all__ = [
     "is_grader",
     "is_readonly",
     "points_and_exercise",
+    "require_unique_id",
     "readonly_cells",
     "replace_solutions",
     "solution_exercise",
@@ -212,6 +213,18 @@ def _forbid_list(meta: dict, where: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def require_unique_id(cell_id: str | None, where: str, seen: set[str], why: str,
+                      kind: str = "cell") -> None:
+    """Refuse a marked cell without an id, or with one already in `seen` (then add it):
+    grading finds marked cells by id. `why` ends the message (`` so ... by id``)."""
+    if not cell_id:
+        raise MarkerError(f"{where} has no cell id; re-save the notebook with nbformat >= 4.5"
+                          + why)
+    if cell_id in seen:
+        raise MarkerError(f"{where}: the id is used twice; give each {kind} its own id")
+    seen.add(cell_id)
+
+
 def points_and_exercise(meta: dict, where: str, zero_allowed: bool = True) -> tuple[float, str]:
     """A marked cell's ``points`` (a number, >= 0, or > 0 when `zero_allowed` is False) and
     ``exercise`` (a non-empty name, stripped) from its metadata; `MarkerError` naming `where`."""
@@ -239,12 +252,8 @@ def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
             continue
         cell_id = cell.get("id")
         where = f"{lab}: grader cell {cell_id or f'#{index}'}"
-        if not cell_id:
-            raise MarkerError(f"{where} has no cell id; re-save the notebook with nbformat "
-                              ">= 4.5 (e.g. nbformat.validator.normalize) so graders have ids")
-        if cell_id in seen:
-            raise MarkerError(f"{where}: the id is used twice; give each grader cell its own id")
-        seen.add(cell_id)
+        require_unique_id(cell_id, where, seen,
+                          " (e.g. nbformat.validator.normalize) so graders have ids", "grader cell")
         meta = cell.get("metadata", {})
         points, exercise = points_and_exercise(meta, where)
         text = cell.get("source", "")
@@ -275,12 +284,7 @@ def readonly_cells(nb: Any, lab: str = "lab") -> list[ReadonlyCell]:
         if cell.get("cell_type") != "code":
             raise MarkerError(f"{where} is a {cell.get('cell_type')} cell; the "
                               f"'{READONLY_TAG}' tag is for code cells a grader runs")
-        if not cell_id:
-            raise MarkerError(f"{where} has no cell id; re-save the notebook with nbformat "
-                              ">= 4.5 so read-only cells can be restored by id")
-        if cell_id in seen:
-            raise MarkerError(f"{where}: the id is used twice; give each cell its own id")
-        seen.add(cell_id)
+        require_unique_id(cell_id, where, seen, " so read-only cells can be restored by id")
         if has_markers(cell.get("source", "")):
             raise MarkerError(f"{where} holds solution or hidden-test markers; a read-only "
                               "cell is restored from the source as is: move the markers out")
