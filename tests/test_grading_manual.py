@@ -189,3 +189,36 @@ def test_a_malformed_manual_cell_is_named(change, expected):
         cell.metadata.update(change)
     with pytest.raises(MarkerError, match=expected):
         manual_cells(nb, "05_bound")
+
+
+def test_a_hostile_answer_cell_gains_nothing(tmp_path):
+    """A submission that turns the answer cell into code claiming 100 points, and one whose
+    answer is a megabyte: points come from the source lab, code never counts as an answer
+    (it runs like any student cell, in the sandbox), and the stored text is capped."""
+    from mlinfra_lab.grading.manual import MAX_ANSWER_CHARS
+
+    (tmp_path / "labs").mkdir()
+    nbformat.write(_lab(), str(tmp_path / "labs" / "05_bound.ipynb"))
+    student = release_notebook(tmp_path / "labs" / "05_bound.ipynb", tmp_path / "s.ipynb")
+    for name in ("mallory", "carol"):
+        nb = nbformat.read(str(student), as_version=4)
+        nb.cells[0].source = "def double(x):\n    return 2 * x"
+        k = next(i for i, c in enumerate(nb.cells) if c.get("id") == "answer-bound")
+        if name == "mallory":
+            nb.cells[k] = nbformat.v4.new_code_cell(
+                "open('pwned', 'w').write('x')  # my answer", id="answer-bound",
+                metadata={"tags": ["manual"], "points": 100, "exercise": "bound"})
+        else:
+            nb.cells[k].source = "x" * (1 << 20)
+        (tmp_path / "subs" / name).mkdir(parents=True)
+        nbformat.write(nb, str(tmp_path / "subs" / name / "05_bound.ipynb"))
+    code, _ = _cli(["grade", "--source", str(tmp_path / "labs"), "--out", str(tmp_path / "gb"),
+                    str(tmp_path / "subs")])
+    assert code == 0
+    sheet = {r["student"]: r for r in _rows(tmp_path / "gb" / "manual.csv")}
+    assert sheet["mallory"]["max"] == "3" and sheet["mallory"]["answer"] == ""
+    assert len(sheet["carol"]["answer"]) < MAX_ANSWER_CHARS + 100
+    totals = {r["student"]: r["max"] for r in json.loads(
+        (tmp_path / "gb" / "gradebook.json").read_text())["results"]}
+    assert totals == {"mallory": 5, "carol": 5}
+    assert not (tmp_path / "subs" / "mallory" / "pwned").exists()
