@@ -54,10 +54,44 @@ def test_bench_command_runs_and_guards(tmp_path, capsys):
     assert result["ratios"][0]["vs_eager"] > 0
 
 
+def test_flex_anchor_and_repeats_on_cpu(tmp_path):
+    """FlexAttention runs as an anchor (eager on a CPU), every timing is kept, and the ratios
+    carry their spread over the repeats."""
+    out = tmp_path / "r.json"
+    assert main(["bench", "attention", "--out", str(out), "--quiet", "--seqs", "32",
+                 "--head-dims", "16", "--causal", "yes", "--providers", "ours,flex",
+                 "--repeats", "2"]) == 0
+    result = json.loads(out.read_text())
+    rows = {(r["provider"], r["mode"]): r for r in result["rows"]}
+    assert "no backward on a CPU" in rows["flex", "bwd"]["error"]
+    timed = [r for key, r in rows.items() if key != ("flex", "bwd")]
+    assert all(r["error"] is None and len(r["ms_runs"]) == 2 for r in timed)
+    assert rows["flex", "fwd"]["compile_s"] > 0
+    (fwd,) = [e for e in result["ratios"] if e["mode"] == "fwd"]
+    assert 0 < fwd["vs_flex_min"] <= fwd["vs_flex_max"]
+
+
+def test_check_anchor_uses_the_worst_repeat():
+    def res(runs_ours, runs_flash):
+        rows = [dict(provider=p, seq=1024, head_dim=64, causal=False, mode="fwd",
+                     ms=sorted(r)[len(r) // 2], tflops=1 / sorted(r)[len(r) // 2], ms_runs=r)
+                for p, r in (("ours", runs_ours), ("sdpa_flash", runs_flash))]
+        return {"rows": rows, "ratios": bench._ratios(rows)}
+
+    assert bench.check_anchor(res([1.0, 1.0, 1.0], [1.3, 1.3, 1.3])) == []
+    # the medians say 1.3x, but one repeat ran at 1.1x: that fails
+    failures = bench.check_anchor(res([1.0, 1.0, 1.0], [1.3, 1.1, 1.3]))
+    assert len(failures) == 1 and "1.10x" in failures[0]
+    with pytest.raises(bench.BaselineError, match="no fwd timing of sdpa_cudnn"):
+        bench.check_anchor(res([1.0], [1.3]), "sdpa_cudnn")
+
+
 def test_bench_command_user_errors(tmp_path, capsys):
     assert main(["bench", "attention", "--providers", "ours,nope", "--quiet"]) == 2
     assert "unknown provider" in capsys.readouterr().err
     assert main(["bench", "attention", "--check-baseline", str(tmp_path / "missing.json")]) == 2
+    assert main(["bench", "attention", "--repeats", "0", "--quiet"]) == 2
+    assert "--repeats must be at least 1" in capsys.readouterr().err
 
 
 def test_committed_h200_results_are_complete_and_plot():
@@ -70,7 +104,8 @@ def test_committed_h200_results_are_complete_and_plot():
     for shape in shapes:
         provs = {r["provider"] for r in result["rows"]
                  if (r["seq"], r["head_dim"], r["causal"], r["mode"]) == shape}
-        assert provs == set(bench.PROVIDERS), f"{shape}: providers {provs}"
+        assert provs == set(result["config"]["providers"]), f"{shape}: providers {provs}"
+        assert {"ours", "sdpa_flash", "sdpa_cudnn"} <= provs
     assert bench.check_baseline(result, copy.deepcopy(result)) == []
     assert "sdpa_flash" in bench.format_table(result)
     bench.plot_results(result)

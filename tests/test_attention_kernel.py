@@ -194,12 +194,39 @@ def test_autotune_is_skipped_for_fp32_and_short_sequences(monkeypatch):
     monkeypatch.delenv("MLINFRA_ATTENTION_AUTOTUNE", raising=False)  # make test-gpu sets it
 
     configs = ["first", "second", "third"]
-    prune = fk._pruner("fp32-tile")
+    prune = fk._pruner("fp32-tile", "fwd")
     long = {"n_q": 4096, "n_k": 4096}
     assert prune(configs, long, PRECISION="tf32") == configs
     assert prune(configs, long, PRECISION="ieee") == ["fp32-tile"]
     assert prune(configs, {"n_q": 100, "n_k": 100}, PRECISION="tf32") == ["first"]
     assert prune(configs, {"n_q": 100, "n_k": 4096}, PRECISION="tf32") == configs
+
+
+def test_a_shape_in_the_tile_table_runs_its_tile_without_a_search(monkeypatch):
+    """On a GPU named in the committed table, a shape of a measured bucket gets the table's
+    tile as the only candidate; float32 and MLINFRA_ATTENTION_AUTOTUNE=0 keep their rules."""
+    from types import SimpleNamespace
+
+    from mlinfra_lab.attention import _flash_kernels as fk
+    from mlinfra_lab.attention import tile_table
+
+    monkeypatch.delenv("MLINFRA_ATTENTION_AUTOTUNE", raising=False)
+    tile = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3}
+    table = {"entries": [{"kernel": "fwd", "gpu": "NVIDIA H200", "dtype": "bfloat16",
+                          "head_dim": 128, "causal": True, "seq": 4096, "tile": tile}]}
+    monkeypatch.setattr(tile_table, "load_table", lambda: table)
+    monkeypatch.setattr(fk.torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    q = SimpleNamespace(is_cuda=True, device="cuda:0", dtype=torch.bfloat16)
+    args = {"Q": q, "n_q": 4096, "n_k": 4096, "HEAD_DIM": 128, "CAUSAL": True}
+    (picked,) = fk._pruner("fp32-tile", "fwd")(["first", "second"], args, PRECISION="tf32")
+    assert picked.kwargs == {"BLOCK_M": 128, "BLOCK_N": 128}
+    assert (picked.num_warps, picked.num_stages) == (8, 3)
+    other = dict(args, HEAD_DIM=96)  # no entry: the search runs
+    assert fk._pruner("fp32-tile", "fwd")(["first", "second"], other,
+                                          PRECISION="tf32") == ["first", "second"]
+    assert fk._pruner("fp32-tile", "dq")(["first", "second"], args,
+                                         PRECISION="tf32") == ["first", "second"]
+    assert fk._pruner("fp32-tile", "fwd")(["a", "b"], args, PRECISION="ieee") == ["fp32-tile"]
 
 
 def test_autotune_off_keeps_float32_on_its_own_tile(monkeypatch):
@@ -213,7 +240,7 @@ def test_autotune_off_keeps_float32_on_its_own_tile(monkeypatch):
     for capability in ((9, 0), (8, 0), (7, 5)):
         monkeypatch.setattr(fk.torch.cuda, "get_device_capability", lambda c=capability: c)
         assert all(len(cfgs) > 1 for cfgs in fk.configs()), capability
-    prune = fk._pruner("fp32-tile")
+    prune = fk._pruner("fp32-tile", "fwd")
     long = {"n_q": 4096, "n_k": 4096}
     assert prune(["first", "second"], long, PRECISION="tf32") == ["first"]
     assert prune(["first", "second"], long, PRECISION="ieee") == ["fp32-tile"]

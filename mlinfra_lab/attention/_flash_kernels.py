@@ -341,9 +341,11 @@ def configs() -> tuple[list[Any], list[Any], list[Any]]:
     major, _ = torch.cuda.get_device_capability()
     if major == 9:  # Hopper: 128-row tiles for two warpgroups, pipelined loads
         fwd = [cfg(128, 64, 4, 3), cfg(128, 64, 8, 3), cfg(128, 128, 8, 2),
-               cfg(128, 128, 8, 3), cfg(64, 64, 4, 4)]
-        dkdv = [cfg(32, 128, 4, 3), cfg(64, 128, 8, 3), cfg(64, 64, 4, 3)]
-        dq = [cfg(128, 32, 4, 3), cfg(128, 64, 8, 3), cfg(64, 64, 4, 3)]
+               cfg(128, 128, 8, 3), cfg(64, 64, 4, 4), cfg(128, 64, 8, 4), cfg(128, 32, 4, 4)]
+        dkdv = [cfg(32, 128, 4, 3), cfg(64, 128, 8, 3), cfg(64, 64, 4, 3), cfg(64, 128, 8, 2),
+                cfg(32, 64, 4, 4)]
+        dq = [cfg(128, 32, 4, 3), cfg(128, 64, 8, 3), cfg(64, 64, 4, 3), cfg(128, 64, 8, 2),
+              cfg(64, 32, 4, 4)]
         return fwd, dkdv, dq
     # Other GPUs (Ampere, Ada, Colab's T4): modest tiles that fit 100 KB of shared memory.
     return ([cfg(64, 32, 4, 2), cfg(64, 64, 4, 2)], [cfg(32, 64, 4, 2), cfg(64, 64, 4, 2)],
@@ -354,20 +356,28 @@ def configs() -> tuple[list[Any], list[Any], list[Any]]:
 SHORT_SEQUENCE = 256
 
 
-def _pruner(fp32_config: Any) -> Callable[..., list[Any]]:
+def _config(tile: dict[str, int]) -> Any:
+    return triton.Config({"BLOCK_M": tile["BLOCK_M"], "BLOCK_N": tile["BLOCK_N"]},
+                         num_warps=tile["num_warps"], num_stages=tile["num_stages"])
+
+
+def _pruner(fp32_config: Any, kernel: str) -> Callable[..., list[Any]]:
     """An ``early_config_prune`` that autotunes only where the search pays for itself.
 
-    Float32 inputs (IEEE-precision dots: not Tensor Core speed, slow to compile, used for
+    In order: float32 inputs (IEEE-precision dots: not Tensor Core speed, slow to compile, used for
     accuracy demos) run `fp32_config`, a small single-stage tile: IEEE dots unroll into
     FMAs, so compile time grows with the tile (on the H200, fresh cache, forward and
     backward at D=80: 54 s at 64 x 32 with 2 stages, 8 s at 32 x 16 with 1 stage, same
     error; ``benchmarks/results/h200-fp32-compile-2026-12-04.json``).
+    ``MLINFRA_ATTENTION_AUTOTUNE=0`` in the environment keeps only the list's first config
+    (tests on a GPU: one compile per shape class instead of a dozen).
+    A shape with an entry in the committed tile table (`tile_table`: best of repeated
+    measurements on this GPU) runs that tile: no search, the same tile in every run.
     Sequences of at most `SHORT_SEQUENCE` tokens run the list's first config. Each then
     costs one compile instead of one per config plus timing runs (a chapter cell with two
-    fp32 shapes took 205 s on the H200 while autotuning).
-    ``MLINFRA_ATTENTION_AUTOTUNE=0`` in the environment keeps only the list's first config
-    (tests on a GPU: one compile per shape class instead of a dozen); float32 keeps its tile.
+    fp32 shapes took 205 s on the H200 while autotuning). Everything else autotunes.
     """
+    from mlinfra_lab.attention import tile_table
 
     def prune(configs: list[Any], named_args: dict[str, Any], **kwargs: Any) -> list[Any]:
         args = {**named_args, **kwargs}
@@ -375,6 +385,13 @@ def _pruner(fp32_config: Any) -> Callable[..., list[Any]]:
             return [fp32_config]
         if os.environ.get("MLINFRA_ATTENTION_AUTOTUNE", "1") == "0":
             return configs[:1]
+        q = args.get("Q")
+        if q is not None and q.is_cuda:
+            tile = tile_table.lookup(kernel, torch.cuda.get_device_name(q.device),
+                                     str(q.dtype).removeprefix("torch."), int(args["HEAD_DIM"]),
+                                     bool(args["CAUSAL"]), max(int(args["n_q"]), int(args["n_k"])))
+            if tile is not None:
+                return [_config(tile)]
         if max(int(args["n_q"]), int(args["n_k"])) <= SHORT_SEQUENCE:
             return configs[:1]
         return configs
@@ -388,17 +405,17 @@ def kernels() -> dict[str, Any]:
     fwd_cfg, dkdv_cfg, dq_cfg = configs()
     key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL", "PRECISION"]
 
-    def tuned(cfgs: list[Any], fp32: tuple[int, int], kernel: Any) -> Any:
+    def tuned(cfgs: list[Any], fp32: tuple[int, int], kernel: Any, name: str) -> Any:
         fp32_config = triton.Config({"BLOCK_M": fp32[0], "BLOCK_N": fp32[1]}, num_warps=4,
                                     num_stages=1)
-        return triton.autotune(cfgs, key=key,
-                               prune_configs_by={"early_config_prune": _pruner(fp32_config)}
+        pruner = _pruner(fp32_config, name)
+        return triton.autotune(cfgs, key=key, prune_configs_by={"early_config_prune": pruner}
                                )(kernel)
 
     return {  # fp32 tiles keep each kernel's constraint (see `configs`)
-        "fwd": tuned(fwd_cfg, (32, 16), _fwd_kernel),
-        "fwd_v2": tuned(fwd_cfg, (32, 16), _fwd_kernel_v2),
+        "fwd": tuned(fwd_cfg, (32, 16), _fwd_kernel, "fwd"),
+        "fwd_v2": tuned(fwd_cfg, (32, 16), _fwd_kernel_v2, "fwd_v2"),
         "delta": _bwd_delta_kernel,
-        "dkdv": tuned(dkdv_cfg, (16, 32), _bwd_dkdv_kernel),
-        "dq": tuned(dq_cfg, (32, 16), _bwd_dq_kernel),
+        "dkdv": tuned(dkdv_cfg, (16, 32), _bwd_dkdv_kernel, "dkdv"),
+        "dq": tuned(dq_cfg, (32, 16), _bwd_dq_kernel, "dq"),
     }

@@ -1,23 +1,25 @@
-"""The attention benchmark: our kernel against PyTorch's SDPA backends, eager and a matmul.
+"""The attention benchmark: our kernel against PyTorch's SDPA backends, FlexAttention,
+eager and a matmul.
 
 Contract: `run_benchmark(config)` times forward and backward of every provider on every
-shape of the sweep and returns a JSON-ready dict (config, device, per-row times, TFLOP/s,
-peak extra memory, ratios to each anchor); `check_baseline(result, baseline)` lists the
-shapes where our kernel got more than ``tolerance`` slower than a committed result.
+shape of the sweep and returns a JSON-ready dict (config, device, per-row times and their
+repeats, TFLOP/s, peak extra memory, ratios to each anchor with their spread);
+`check_baseline(result, baseline)` lists the shapes where our kernel got more than
+``tolerance`` slower than a committed result; `check_anchor(result)` the shapes where it
+fell below 1.25x SDPA flash in any repeat.
 
 Design decisions:
 - The sweep follows the FlashAttention-3 paper: ``batch x seq = tokens`` (16k) and
   ``heads x head_dim = model_dim`` (2048), so every shape does a comparable amount of
   work and only the sequence length and the head dim change.
-- Anchors are measured in the same run, on the same device: SDPA pinned to each backend
-  (`FLASH_ATTENTION`, `CUDNN_ATTENTION`, `EFFICIENT_ATTENTION`), the unfused eager
-  version, and a bf16 matmul as the Tensor Core ceiling. A backend that cannot run a
-  shape (or a device) is recorded with its error, not dropped silently.
-- Times are medians of `triton.testing.do_bench` on the GPU (events, warm-up, flushed
-  L2); on the CPU a median of wall-clock repeats, so the command and its tests run
-  anywhere (CPU numbers teach nothing about Tensor Cores).
+- The contenders and how one is timed are in `providers` (SDPA's backends, FlexAttention
+  compiled once per shape with its compile time reported apart, eager); the bf16 matmul is
+  the Tensor Core ceiling, measured in the same run. A provider that cannot run a shape
+  (or a device) is recorded with its error, not dropped silently.
+- Each provider is timed ``repeats`` times per shape (3 by default); a row keeps every
+  timing (``ms_runs``) and their median (``ms``), and the ratios keep the worst and best
+  same-repeat ratio, so one lucky timing cannot pass a check.
 - TFLOP/s use `traffic.attention_flops` (4·B·H·N²·D, halved causal, x2.5 backward).
-  Backward time is ``out.backward(dO)`` alone, the forward excluded.
 - Peak extra memory: allocator peak during one forward+backward minus what was allocated
   before it (GPU only; None on the CPU).
 """
@@ -26,9 +28,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import statistics
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from typing import Any
 import torch
 
 from mlinfra_lab import results, runtime
-from mlinfra_lab.attention.traffic import attention_flops
+from mlinfra_lab.attention.providers import PROVIDERS, VERSION_PROVIDERS, measure, time_ms
 from mlinfra_lab.errors import MlinfraError
 
 __all__ = [
@@ -44,6 +43,7 @@ __all__ = [
     "VERSION_PROVIDERS",
     "BaselineError",
     "BenchConfig",
+    "check_anchor",
     "check_baseline",
     "committed_results",
     "format_table",
@@ -52,8 +52,6 @@ __all__ = [
     "run_benchmark",
 ]
 
-PROVIDERS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "eager")
-VERSION_PROVIDERS = ("ours_v1", "ours_v2")  # one forward kernel version each (for A/B runs)
 
 
 class BaselineError(MlinfraError, ValueError):
@@ -74,13 +72,14 @@ class BenchConfig:
     warmup_ms: int = 25  # do_bench warm-up, milliseconds
     rep_ms: int = 100  # do_bench measuring time, milliseconds
     matmul_size: int = 8192  # the ceiling's square matmul
+    repeats: int = 3  # timings per provider and shape: the row keeps each and their median
 
     @classmethod
     def cpu(cls) -> BenchConfig:
         """A tiny sweep that runs in seconds under the Triton interpreter."""
         return cls(seqs=(64, 128), head_dims=(16, 32), causal=(False, True), dtype="float32",
                    tokens=128, model_dim=32, providers=("ours", "sdpa_flash", "eager"),
-                   warmup_ms=0, rep_ms=0, matmul_size=256)
+                   warmup_ms=0, rep_ms=0, matmul_size=256, repeats=1)
 
     def shapes(self) -> list[tuple[int, int, int, int, bool]]:
         """(batch, heads, seq, head_dim, causal) of every point of the sweep."""
@@ -94,100 +93,13 @@ class BenchConfig:
         return out
 
 
-def _provider_fn(name: str) -> Callable[..., torch.Tensor]:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.functional import scaled_dot_product_attention as sdpa
-
-    if name in ("ours", "ours_v1", "ours_v2"):  # ours: the default forward kernel version
-        from mlinfra_lab.attention.flash import flash_attention
-
-        version = {"ours": None, "ours_v1": 1, "ours_v2": 2}[name]
-        return lambda q, k, v, causal: flash_attention(q, k, v, causal=causal, version=version)
-    if name == "eager":
-        from mlinfra_lab.attention.reference import naive_attention
-
-        return lambda q, k, v, causal: naive_attention(q, k, v, causal=causal)
-    backend = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
-               "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
-
-    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-        with sdpa_kernel(backend):
-            return sdpa(q, k, v, is_causal=causal)
-
-    return call
-
-
-def _time_ms(fn: Callable[[], Any], cfg: BenchConfig, grad_to_none: list | None = None) -> float:
-    """Median milliseconds of ``fn()``: do_bench on the GPU, wall-clock repeats on the CPU."""
-    if torch.cuda.is_available():
-        from triton.testing import do_bench
-
-        return float(do_bench(fn, warmup=cfg.warmup_ms, rep=cfg.rep_ms,
-                              grad_to_none=grad_to_none, return_mode="median"))
-    fn()  # warm-up (the interpreter's first call parses the kernel)
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def _matmul_tflops(cfg: BenchConfig, device: str) -> float:
     dtype = getattr(torch, cfg.dtype)
     g = torch.Generator(device=device).manual_seed(0)
     n = cfg.matmul_size
     a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
     b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    return 2 * n**3 / _time_ms(lambda: a @ b, cfg) * 1e-9
-
-
-def _measure(name: str, shape: tuple, cfg: BenchConfig, device: str) -> list[dict[str, Any]]:
-    b, h, n, d, causal = shape
-    dtype = getattr(torch, cfg.dtype)
-    g = torch.Generator(device=device).manual_seed(n + d)  # random data, never zeros
-    q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dtype, generator=g).requires_grad_()
-               for _ in range(3))
-    do = torch.randn(b, h, n, d, device=device, dtype=dtype, generator=g)
-    fn = _provider_fn(name)
-    rows = []
-    base = {"provider": name, "batch": b, "heads": h, "seq": n, "head_dim": d, "causal": causal}
-    try:
-        peak = None
-        if device == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            before = torch.cuda.memory_allocated()
-            fn(q, k, v, causal).backward(do)
-            torch.cuda.synchronize()
-            peak = torch.cuda.max_memory_allocated() - before
-            q.grad = k.grad = v.grad = None
-        fwd_ms = _time_ms(lambda: fn(q, k, v, causal), cfg)
-        out = fn(q, k, v, causal)
-        bwd_ms = _time_ms(lambda: out.backward(do, retain_graph=True), cfg, grad_to_none=[q, k, v])
-        out = None  # free the graph before the next provider
-    except (RuntimeError, ValueError) as err:  # a backend that refuses this shape/device
-        msg = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        return [dict(base, mode=m, ms=None, tflops=None, peak_bytes=None, error=msg)
-                for m in ("fwd", "bwd")]
-    tiles = _chosen_tiles(name) if name.startswith("ours") else {}
-    for mode, ms in (("fwd", fwd_ms), ("bwd", bwd_ms)):
-        flops = attention_flops(b, h, n, n, d, causal, mode)
-        rows.append(dict(base, mode=mode, ms=ms, tflops=flops / ms * 1e-9, peak_bytes=peak,
-                         error=None, tiles=tiles.get(mode)))
-    return rows
-
-
-def _chosen_tiles(provider: str = "ours") -> dict[str, str]:
-    """The autotuner's last choice per kernel, recorded next to the time it produced."""
-    from mlinfra_lab.attention._flash_kernels import kernels
-    from mlinfra_lab.attention.flash import resolve_version
-
-    version = int(provider[-1]) if provider[-1].isdigit() else resolve_version()
-    k = kernels()
-    fwd = "fwd" if version == 1 else "fwd_v2"
-    pick = {name: str(getattr(k[name], "best_config", "")) for name in (fwd, "dkdv", "dq")}
-    return {"fwd": f"v{version} {pick[fwd]}", "bwd": f"dkdv: {pick['dkdv']}; dq: {pick['dq']}"}
+    return 2 * n**3 / time_ms(lambda: a @ b, cfg) * 1e-9
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -200,14 +112,14 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [f"matmul ceiling {result['matmul_tflops']:.0f} TFLOP/s; TFLOP/s per provider, "
              "then ours/anchor; mem = peak extra GiB fwd+bwd (ours, sdpa_flash)",
              "mode  D  causal    seq " + " ".join(f"{p[:10]:>10}" for p in provs)
-             + "  /flash /cudnn   mem(ours,flash)"]
+             + "  /flash /cudnn  /flex   mem(ours,flash)"]
     for key in sorted(cell, key=lambda k: (k[0] != "fwd", k[1], k[2], k[3])):
         row = cell[key]
         tops = {p: row[p]["tflops"] for p in row}
         tf = tops.get
         vals = " ".join(f"{tf(p):10.1f}" if tf(p) else f"{'-':>10}" for p in provs)
         ratios = " ".join(f"{tf('ours') / tf(a):6.2f}" if tf("ours") and tf(a) else f"{'-':>6}"
-                          for a in ("sdpa_flash", "sdpa_cudnn"))
+                          for a in ("sdpa_flash", "sdpa_cudnn", "flex"))
         mem = " ".join(f"{row[p]['peak_bytes'] / 2**30:6.2f}" if p in row and row[p]["peak_bytes"]
                        else f"{'-':>6}" for p in ("ours", "sdpa_flash"))
         mode, d, causal, n = key
@@ -216,7 +128,10 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Our TFLOP/s over each anchor's, per shape and mode (None where an anchor failed)."""
+    """Our TFLOP/s over each anchor's, per shape and mode (None where an anchor failed).
+
+    ``vs_X`` compares the medians; ``vs_X_min``/``vs_X_max`` the k-th timing of ours with the
+    k-th of the anchor, over the repeats (the spread a single timing could have shown)."""
     by_key: dict[tuple, dict[str, dict]] = {}
     for r in rows:
         by_key.setdefault((r["seq"], r["head_dim"], r["causal"], r["mode"]), {})[r["provider"]] = r
@@ -227,10 +142,35 @@ def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         entry: dict[str, Any] = {"seq": n, "head_dim": d, "causal": causal, "mode": mode}
         for name, r in provs.items():
-            if name != "ours":
-                entry[f"vs_{name}"] = ours["tflops"] / r["tflops"] if r["tflops"] else None
+            if name == "ours":
+                continue
+            entry[f"vs_{name}"] = ours["tflops"] / r["tflops"] if r["tflops"] else None
+            pairs = list(zip(ours.get("ms_runs") or [], r.get("ms_runs") or [], strict=False))
+            if pairs:
+                each = [theirs / mine for mine, theirs in pairs]
+                entry[f"vs_{name}_min"], entry[f"vs_{name}_max"] = min(each), max(each)
         out.append(entry)
     return out
+
+
+def check_anchor(result: dict[str, Any], anchor: str = "sdpa_flash", minimum: float = 1.25,
+                 mode: str = "fwd") -> list[str]:
+    """Shapes where ours ran below ``minimum`` times `anchor`'s speed in any repeat.
+
+    Uses each shape's worst same-repeat ratio (``vs_X_min``, else the medians'); raises
+    `BaselineError` when the result has no timing of `anchor`, since that checks nothing."""
+    key = f"vs_{anchor}"
+    entries = [e for e in result["ratios"] if e["mode"] == mode and e.get(key) is not None]
+    if not entries:
+        raise BaselineError(f"this result has no {mode} timing of {anchor}; include it in "
+                            "--providers (it needs a GPU for the SDPA backends)")
+    failures = []
+    for e in entries:
+        worst = e.get(f"{key}_min", e[key])
+        if worst < minimum:
+            failures.append(f"seq={e['seq']} head_dim={e['head_dim']} causal={e['causal']} "
+                            f"{mode}: {worst:.2f}x {anchor} (< {minimum:.2f}x)")
+    return failures
 
 
 def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
@@ -244,7 +184,7 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     jobs = [(p, s) for s in shapes for p in cfg.providers]
     for name, shape in tqdm(jobs, desc="attention bench", disable=not progress):
-        rows.extend(_measure(name, shape, cfg, device))
+        rows.extend(measure(name, shape, cfg, device))
         if device == "cuda":
             torch.cuda.empty_cache()
     info = runtime.describe().as_dict()

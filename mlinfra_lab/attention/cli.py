@@ -33,6 +33,10 @@ def _bench(args: argparse.Namespace) -> int:
         overrides["causal"] = (args.causal == "yes",)
     if args.dtype:
         overrides["dtype"] = args.dtype
+    if args.repeats is not None:
+        if args.repeats < 1:
+            raise CommandError(f"--repeats must be at least 1, got {args.repeats}")
+        overrides["repeats"] = args.repeats
     cfg = replace(cfg, **overrides)
     known = bench.PROVIDERS + bench.VERSION_PROVIDERS
     unknown = set(cfg.providers) - set(known)
@@ -57,15 +61,26 @@ def _bench(args: argparse.Namespace) -> int:
     bench.plot_results(result, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     print(bench.format_table(result))
+    status = 0
     if baseline is not None:
         failures = bench.check_baseline(result, baseline, args.tolerance)
         if failures:
             print(f"REGRESSION (> {args.tolerance:.0%} slower than {args.check_baseline}):")
             for line in failures:
                 print("  " + line)
-            return 1
-        print(f"no regression against {args.check_baseline}")
-    return 0
+            status = 1
+        else:
+            print(f"no regression against {args.check_baseline}")
+        if "sdpa_flash" in cfg.providers and runtime.on_gpu():
+            below = bench.check_anchor(result, "sdpa_flash", args.min_vs_flash)
+            if below:
+                print(f"BELOW {args.min_vs_flash:.2f}x SDPA flash (forward, worst repeat):")
+                for line in below:
+                    print("  " + line)
+                status = 1
+            else:
+                print(f"every forward at least {args.min_vs_flash:.2f}x SDPA flash in every repeat")
+    return status
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -76,8 +91,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         description=(
             "Sweep sequence length and head dim (batch x seq = 16k tokens, heads x head_dim "
             "= 2048), time forward and backward (median of triton.testing.do_bench) for our "
-            "kernel, SDPA pinned to FLASH/CUDNN/EFFICIENT, eager attention, and a bf16 matmul "
-            "ceiling; write JSON and a PNG plot. On a CPU a tiny float32 sweep runs under the "
+            "kernel, SDPA pinned to FLASH/CUDNN/EFFICIENT, FlexAttention, eager attention, and a "
+            "bf16 matmul ceiling, each --repeats times; write JSON and a PNG plot. On a CPU a tiny float32 sweep runs under the "
             "Triton interpreter (for testing the command, not for numbers)."
         ),
     )
@@ -90,7 +105,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    help="causal, non-causal or both (default: both)")
     p.add_argument("--providers", type=lambda s: tuple(x for x in s.split(",") if x),
                    help="comma-separated subset of ours,sdpa_flash,sdpa_cudnn,sdpa_efficient,"
-                   "eager (ours_v1, ours_v2: one forward kernel version each)")
+                   "flex,eager (flex: torch.compile(flex_attention), compiled once per shape, "
+                   "compile time reported apart; ours_v1, ours_v2: one forward kernel "
+                   "version each)")
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
                    help="input dtype (default: bfloat16 on the GPU, float32 on the CPU)")
     p.add_argument("--cpu-sizes", action="store_true",
@@ -99,5 +116,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    help="fail (exit 1) if any shape is more than --tolerance slower than FILE")
     p.add_argument("--tolerance", type=float, default=0.10,
                    help="allowed slowdown against the baseline (default: %(default)s)")
+    p.add_argument("--min-vs-flash", type=float, default=1.25, metavar="X",
+                   help="with --check-baseline on a GPU, also fail if any forward shape ran "
+                   "below X times SDPA flash in any repeat (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=None, metavar="K",
+                   help="timings per provider and shape; rows keep each and their median "
+                   "(default: 3 on a GPU, 1 for the CPU sweep)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_bench)

@@ -119,12 +119,12 @@ def _correctness() -> list[dict[str, Any]]:
 def _versions(cfg: Any) -> list[dict[str, Any]]:
     from tqdm.auto import tqdm
 
-    from mlinfra_lab.attention import bench
+    from mlinfra_lab.attention import providers
 
     rows: list[dict[str, Any]] = []
     jobs = [(p, s) for s in cfg.shapes() for p in cfg.providers]
     for name, shape in tqdm(jobs, desc="v1 vs v2", mininterval=10):
-        rows.extend(bench._measure(name, shape, cfg, "cuda"))
+        rows.extend(providers.measure(name, shape, cfg, "cuda"))
         torch.cuda.empty_cache()
     return rows
 

@@ -1,0 +1,210 @@
+"""The chapter's two memory models checked against the GPU's own counters (Nsight Compute).
+
+Contract: ``python -m mlinfra_lab.attention.counters --out FILE`` (a GPU with ``ncu`` and
+CuPy) measures, and writes as JSON beside the models' predictions:
+- DRAM bytes read and written by one forward pass of unfused attention (`naive_attention`)
+  and of our kernel at several sequence lengths, against `hbm_traffic`;
+- shared-memory wavefronts per load instruction of one warp reading a tile row, a column, a
+  padded column and a swizzled column, against `bank_conflict_degree`.
+`parse_ncu_csv(text)` reads ``ncu --csv --page raw`` output (tested on the CPU).
+
+Design decisions:
+- Each measurement is its own ``ncu`` run of a small target (this module with ``_dram`` or
+  ``_banks``), started with ``--profile-from-start off``: compiling, autotuning and warm-up
+  happen before the target calls ``cudaProfilerStart``, so only the measured pass is counted.
+  ``--clock-control none`` leaves the clocks as they are; ncu flushes the caches before each
+  kernel (its default), so every kernel starts with a cold L2, as the model assumes.
+- DRAM: ``dram__bytes_read.sum`` and ``dram__bytes_write.sum``, summed over every kernel of
+  the pass (the unfused version is several kernels: matmul, scale, softmax, matmul).
+- Banks: the warp's 32 word addresses come from `tile_addresses`, the same function the
+  chapter feeds the model; a CuPy kernel reads them through a ``volatile`` pointer in a loop,
+  so every iteration is one shared-memory load. The measured degree is
+  ``l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum`` over
+  ``smsp__sass_inst_executed_op_shared_ld.sum``: how many passes one load took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BANK_CASES", "DRAM_METRICS", "SMEM_METRICS", "parse_ncu_csv", "run"]
+
+DRAM_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+SMEM_METRICS = ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+                "smsp__sass_inst_executed_op_shared_ld.sum",
+                "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum")
+# name -> tile_addresses(...) arguments: the accesses the chapter's bank section discusses
+BANK_CASES: dict[str, dict[str, Any]] = {
+    "row, fp32 32x32": dict(rows=32, cols=32, elem_bytes=4, read="row"),
+    "column, fp32 32x32": dict(rows=32, cols=32, elem_bytes=4, read="column"),
+    "column, fp32 32x32, pad 1": dict(rows=32, cols=32, elem_bytes=4, read="column", pad_elems=1),
+    "column, fp32 32x32, swizzle": dict(rows=32, cols=32, elem_bytes=4, read="column",
+                                        swizzle=True),
+    "column, fp32 32x16": dict(rows=32, cols=16, elem_bytes=4, read="column"),
+    "column, fp32 32x34": dict(rows=32, cols=34, elem_bytes=4, read="column"),
+    "column, fp16 32x64": dict(rows=32, cols=64, elem_bytes=2, read="column"),
+    "column, fp16 32x64, pad 2": dict(rows=32, cols=64, elem_bytes=2, read="column",
+                                      pad_elems=2),
+}
+DRAM_SHAPE = dict(batch=4, heads=16, head_dim=64)  # bf16; the sequence length varies
+DRAM_SEQS = (512, 1024, 2048, 4096, 8192)
+ITERS = 1024  # loads per thread in the bank kernel
+
+
+def parse_ncu_csv(text: str) -> list[dict[str, float | str]]:
+    """Rows of ``ncu --csv --page raw``: one dict per kernel, metric values as floats."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise ValueError("no ncu CSV table in this output (was the kernel profiled at all?)")
+    rows = []
+    for row in csv.DictReader(lines[start:]):
+        if not row.get("ID", "").strip().isdigit():  # the units row
+            continue
+        parsed: dict[str, float | str] = {"kernel": row.get("Kernel Name", "")}
+        for key, value in row.items():
+            if "__" in (key or ""):
+                try:
+                    parsed[key] = float(value.replace(",", ""))
+                except ValueError:
+                    parsed[key] = value
+        rows.append(parsed)
+    return rows
+
+
+def _ncu(target: list[str], metrics: tuple[str, ...]) -> list[dict[str, float | str]]:
+    cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--csv",
+           "--page", "raw", "--metrics", ",".join(metrics), sys.executable, "-m",
+           "mlinfra_lab.attention.counters", *target]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise RuntimeError(f"ncu failed ({done.returncode}): {done.stderr[-2000:]}")
+    return parse_ncu_csv(done.stdout)
+
+
+def _dram_target(provider: str, seq: int) -> None:
+    import torch
+
+    from mlinfra_lab.attention.flash import flash_attention
+    from mlinfra_lab.attention.reference import naive_attention
+
+    fn = {"ours": flash_attention, "unfused": naive_attention}[provider]
+    g = torch.Generator(device="cuda").manual_seed(seq)
+    b, h, d = DRAM_SHAPE["batch"], DRAM_SHAPE["heads"], DRAM_SHAPE["head_dim"]
+    q, k, v = (torch.randn(b, h, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+               for _ in range(3))
+    with torch.no_grad():
+        fn(q, k, v)  # compile / autotune, outside the profiled range
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        fn(q, k, v)
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+
+
+_BANK_SRC = r"""
+extern "C" __global__ void smem_read(const int* word, float* out, int iters) {
+    __shared__ float tile[2048];
+    for (int i = threadIdx.x; i < 2048; i += blockDim.x) tile[i] = (float)i;
+    __syncthreads();
+    volatile float* t = tile;
+    int w = word[threadIdx.x];
+    float acc = 0.f;
+    for (int it = 0; it < iters; ++it) acc += t[w];
+    out[threadIdx.x] = acc;
+}
+"""
+
+
+def _bank_words(case: dict[str, Any]) -> list[int]:
+    from mlinfra_lab.attention.banks import tile_addresses
+
+    return [a // 4 for a in tile_addresses(**case)]
+
+
+def _banks_target() -> None:
+    import cupy as cp
+
+    kernel = cp.RawKernel(_BANK_SRC, "smem_read")
+    out = cp.zeros(32, dtype=cp.float32)
+    for case in BANK_CASES.values():  # warm-up: compile, first launch
+        kernel((1,), (32,), (cp.asarray(_bank_words(case), dtype=cp.int32), out, cp.int32(1)))
+    cp.cuda.runtime.deviceSynchronize()
+    cp.cuda.runtime.profilerStart()
+    for case in BANK_CASES.values():  # one launch per case, in BANK_CASES order
+        kernel((1,), (32,), (cp.asarray(_bank_words(case), dtype=cp.int32), out,
+                             cp.int32(ITERS)))
+    cp.cuda.runtime.deviceSynchronize()
+    cp.cuda.runtime.profilerStop()
+
+
+def run() -> dict[str, Any]:
+    """Both measurements with their models (needs a GPU, ``ncu`` on the PATH and CuPy)."""
+    from mlinfra_lab import runtime
+    from mlinfra_lab.attention.banks import bank_conflict_degree, tile_addresses
+    from mlinfra_lab.attention.traffic import hbm_traffic
+
+    if shutil.which("ncu") is None:
+        raise RuntimeError("ncu (Nsight Compute) is not on the PATH; it ships with the CUDA "
+                           "toolkit")
+    dram = []
+    for provider in ("unfused", "ours"):
+        for n in DRAM_SEQS:
+            kernels = _ncu(["_dram", provider, str(n)], DRAM_METRICS)
+            b, h, d = DRAM_SHAPE["batch"], DRAM_SHAPE["heads"], DRAM_SHAPE["head_dim"]
+            dram.append({
+                "provider": provider, "seq": n, **DRAM_SHAPE, "dtype": "bfloat16",
+                "kernels": [k["kernel"] for k in kernels],
+                "read_bytes": sum(float(k[DRAM_METRICS[0]]) for k in kernels),
+                "write_bytes": sum(float(k[DRAM_METRICS[1]]) for k in kernels),
+                "model_bytes": hbm_traffic(b, h, n, d, 2, fused=provider == "ours"),
+                "model_bytes_kv_rereads": (hbm_traffic(b, h, n, d, 2, True, block_m=128)
+                                           if provider == "ours" else None),
+            })
+    banks = []
+    for (name, case), k in zip(BANK_CASES.items(), _ncu(["_banks"], SMEM_METRICS),
+                               strict=True):
+        loads = float(k[SMEM_METRICS[1]])
+        banks.append({"case": name, **case,
+                      "model_degree": bank_conflict_degree(tile_addresses(**case)),
+                      "measured_degree": float(k[SMEM_METRICS[0]]) / loads if loads else None,
+                      "wavefronts": k[SMEM_METRICS[0]], "load_instructions": loads,
+                      "bank_conflicts": k[SMEM_METRICS[2]]})
+    info = runtime.describe().as_dict()
+    version = subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout
+    info["ncu"] = version.strip().splitlines()[-1] if version.strip() else None
+    return {"benchmark": "attention-counters",
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "device": info, "dram": dram, "banks": banks, "bank_loop_iterations": ITERS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``--out FILE`` runs everything; ``_dram``/``_banks`` are ncu's targets."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_dram"]:
+        _dram_target(argv[1], int(argv[2]))
+        return 0
+    if argv[:1] == ["_banks"]:
+        _banks_target()
+        return 0
+    p = argparse.ArgumentParser(prog="python -m mlinfra_lab.attention.counters",
+                                description=__doc__.split("\n\n")[1])
+    p.add_argument("--out", required=True, help="result JSON, e.g. "
+                   "benchmarks/results/h200-attention-counters-YYYY-MM-DD.json")
+    args = p.parse_args(argv)
+    result = run()
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
