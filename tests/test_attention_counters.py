@@ -45,3 +45,13 @@ def test_the_command_without_a_gpu_says_what_it_needs(monkeypatch):
     monkeypatch.setattr(counters.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match="ncu .* is not on the PATH"):
         counters.run()
+
+
+def test_plot_counters_draws_both_panels_from_a_result():
+    dram = [dict(provider=p, seq=n, read_bytes=1e8 * n / 512, write_bytes=1e7,
+                 model_bytes=1e8 * n / 512, model_bytes_kv_rereads=2e8 if p == "ours" else None)
+            for p in ("unfused", "ours") for n in (512, 1024)]
+    banks = [dict(case=name, model_degree=1, measured_degree=1.0) for name in counters.BANK_CASES]
+    fig = counters.plot_counters({"dram": dram, "banks": banks, "date": "2026-12-04T00:00:00",
+                                  "device": {"device_name": "NVIDIA H200", "ncu": "ncu 2025"}})
+    assert len(fig.axes) == 2 and len(fig.axes[1].patches) == 2 * len(counters.BANK_CASES)

@@ -173,20 +173,17 @@ def check_anchor(result: dict[str, Any], anchor: str = "sdpa_flash", minimum: fl
     return failures
 
 
-def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
-    """Run the sweep on this device; the result holds everything needed to plot or compare."""
+def run_benchmark(cfg: BenchConfig, progress: bool = True,
+                  partial_out: Path | None = None) -> dict[str, Any]:
+    """Run the sweep on this device; the result holds everything needed to plot or compare.
+
+    With `partial_out`, the result so far (``"complete": false``) is written there after every
+    shape, so a sweep cut short by a time limit keeps the shapes it finished."""
     device = runtime.device()
     if device == "cpu":
         runtime.ensure_triton_mode()
     from tqdm.auto import tqdm
 
-    shapes = cfg.shapes()
-    rows: list[dict[str, Any]] = []
-    jobs = [(p, s) for s in shapes for p in cfg.providers]
-    for name, shape in tqdm(jobs, desc="attention bench", disable=not progress):
-        rows.extend(measure(name, shape, cfg, device))
-        if device == "cuda":
-            torch.cuda.empty_cache()
     info = runtime.describe().as_dict()
     try:
         import triton
@@ -194,15 +191,26 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
         info["triton"] = triton.__version__
     except ImportError:
         pass
-    return {
+    result: dict[str, Any] = {
         "benchmark": "attention",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": info,
         "config": asdict(cfg),
         "matmul_tflops": _matmul_tflops(cfg, device),
-        "rows": rows,
-        "ratios": _ratios(rows),
+        "complete": False,
+        "rows": [],
+        "ratios": [],
     }
+    for shape in tqdm(cfg.shapes(), desc="attention bench", disable=not progress):
+        for name in cfg.providers:
+            result["rows"].extend(measure(name, shape, cfg, device))
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        result["ratios"] = _ratios(result["rows"])
+        if partial_out is not None:
+            partial_out.write_text(json.dumps(result, indent=1) + "\n")
+    result["complete"] = True
+    return result
 
 
 def check_baseline(result: dict[str, Any], baseline: dict[str, Any],

@@ -22,6 +22,8 @@ def _bench(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from pathlib import Path
 
+    import torch
+
     from mlinfra_lab import results, runtime
     from mlinfra_lab.attention import bench
     from mlinfra_lab.errors import CommandError
@@ -52,11 +54,10 @@ def _bench(args: argparse.Namespace) -> int:
         cfg.shapes()
     except ValueError as err:
         raise CommandError(str(err)) from err
-    result = bench.run_benchmark(cfg, progress=not args.quiet)
-    info = result["device"]
-    name = info["device_name"] if info["device"] == "cuda" else None
+    name = torch.cuda.get_device_name() if runtime.on_gpu() else None
     out = Path(args.out or results.default_out(results.device_label(name), "attention"))
     out.parent.mkdir(parents=True, exist_ok=True)
+    result = bench.run_benchmark(cfg, progress=not args.quiet, partial_out=out)
     out.write_text(json.dumps(result, indent=1) + "\n")
     bench.plot_results(result, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")

@@ -35,7 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BANK_CASES", "DRAM_METRICS", "SMEM_METRICS", "parse_ncu_csv", "run"]
+__all__ = ["BANK_CASES", "DRAM_METRICS", "SMEM_METRICS", "committed_counters", "parse_ncu_csv",
+           "plot_counters", "run"]
 
 DRAM_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 SMEM_METRICS = ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
@@ -186,6 +187,51 @@ def run() -> dict[str, Any]:
             "device": info, "dram": dram, "banks": banks, "bank_loop_iterations": ITERS}
 
 
+def committed_counters() -> dict[str, Any] | None:
+    """The newest committed counters file (``benchmarks/results/DEVICE-counters-DATE.json``),
+    or None when none is committed."""
+    from mlinfra_lab import results
+
+    files = results.committed("*-counters-*.json")
+    return json.loads(files[-1].read_text()) if files else None
+
+
+def plot_counters(result: dict[str, Any]) -> Any:
+    """Two panels: DRAM bytes measured against `hbm_traffic` per sequence length (unfused and
+    ours), and wavefronts per shared-memory load against `bank_conflict_degree` per case."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for provider, color in (("unfused", "tab:red"), ("ours", "tab:blue")):
+        rows = sorted((r for r in result["dram"] if r["provider"] == provider),
+                      key=lambda r: r["seq"])
+        seqs = [r["seq"] for r in rows]
+        ax1.plot(seqs, [(r["read_bytes"] + r["write_bytes"]) / 1e9 for r in rows], "o-",
+                 color=color, label=f"{provider}: measured (ncu)")
+        ax1.plot(seqs, [r["model_bytes"] / 1e9 for r in rows], "--", color=color,
+                 label=f"{provider}: model")
+        if provider == "ours":
+            ax1.plot(seqs, [r["model_bytes_kv_rereads"] / 1e9 for r in rows], ":", color=color,
+                     label="ours: model with K/V re-read per query block")
+    ax1.set(xscale="log", yscale="log", xlabel="sequence length", ylabel="DRAM GB per forward",
+            title="HBM traffic: hbm_traffic against dram__bytes")
+    ax1.set_xscale("log", base=2)
+    ax1.legend(fontsize=7)
+    names = [b["case"] for b in result["banks"]]
+    x = range(len(names))
+    ax2.bar([i - 0.2 for i in x], [b["model_degree"] for b in result["banks"]], 0.4,
+            label="model: bank_conflict_degree")
+    ax2.bar([i + 0.2 for i in x], [b["measured_degree"] for b in result["banks"]], 0.4,
+            label="measured: wavefronts per load")
+    ax2.set_xticks(list(x), names, rotation=35, ha="right", fontsize=7)
+    ax2.set(ylabel="passes per warp load", title="shared-memory bank conflicts")
+    ax2.legend(fontsize=7)
+    fig.suptitle(f"{result['device']['device_name']}, {result['device'].get('ncu') or 'ncu'}, "
+                 f"{result['date'][:10]}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``--out FILE`` runs everything; ``_dram``/``_banks`` are ncu's targets."""
     argv = sys.argv[1:] if argv is None else argv
@@ -198,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mlinfra_lab.attention.counters",
                                 description=__doc__.split("\n\n")[1])
     p.add_argument("--out", required=True, help="result JSON, e.g. "
-                   "benchmarks/results/h200-attention-counters-YYYY-MM-DD.json")
+                   "benchmarks/results/h200-counters-YYYY-MM-DD.json (not h200-attention-*: "
+                   "that pattern is the benchmark's)")
     args = p.parse_args(argv)
     result = run()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -205,6 +205,15 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
+def _apply(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+           sm_scale: float | None, version: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check the inputs and run the autograd function: O and the base-2 LSE ``[B*H, Nq]``."""
+    runtime.ensure_triton_mode()  # before the first triton import, when there is no GPU
+    _, _, _, _, d = check_kernel_inputs(q, k, v, causal, runtime.triton_interpreted())
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    return _FlashAttention.apply(q, k, v, bool(causal), scale, resolve_version(version))
+
+
 def flash_attention_lse(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -215,10 +224,8 @@ def flash_attention_lse(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`flash_attention` that also returns the float32 row log-sum-exp ``[B, H, Nq]``
     (natural log of the scaled scores, as `tiled_attention(..., return_lse=True)`)."""
-    runtime.ensure_triton_mode()  # before the first triton import, when there is no GPU
-    b, h, n_q, _, d = check_kernel_inputs(q, k, v, causal, runtime.triton_interpreted())
-    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
-    o, lse2 = _FlashAttention.apply(q, k, v, bool(causal), scale, resolve_version(version))
+    o, lse2 = _apply(q, k, v, causal, sm_scale, version)
+    b, h, n_q, _ = q.shape
     return o, (lse2 / LOG2E).view(b, h, n_q)
 
 
@@ -233,5 +240,7 @@ def flash_attention(
     """Fused attention (Triton), differentiable; ``[B, H, N, D]`` in, ``[B, H, Nq, D]`` out.
 
     ``version`` picks the forward kernel (1: pointer loads; 2: tensor descriptors and a
-    folded scale); None means `resolve_version()`'s default. The backward is the same."""
-    return flash_attention_lse(q, k, v, causal, sm_scale, version)[0]
+    folded scale); None means `resolve_version()`'s default. The backward is the same.
+    The log-sum-exp stays in base 2 (no conversion kernel: the Nsight Compute run of the
+    chapter found one extra launch per forward when this called `flash_attention_lse`)."""
+    return _apply(q, k, v, causal, sm_scale, version)[0]

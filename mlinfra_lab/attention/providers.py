@@ -53,6 +53,9 @@ def _flex_fn(n: int, causal: bool, device: str) -> Attention:
         return lambda q, k, v, causal: flex_attention(q.detach(), k.detach(), v.detach(),
                                                       block_mask=mask)
     torch._dynamo.reset()  # one compile per shape; never the recompile limit's eager fallback
+    # the benchmark replays one backward graph (retain_graph=True), which a compiled backward
+    # refuses when it may reuse ("donate") its saved buffers
+    torch._functorch.config.donated_buffer = False
     fn = torch.compile(flex_attention, dynamic=False)
     return lambda q, k, v, causal: fn(q, k, v, block_mask=mask)
 
