@@ -120,6 +120,13 @@ def test_order_by_and_limit(populated):
     assert [r.name for r in populated.search_runs("p", limit=2)] == ["a", "d"], "newest first by default"
 
 
+def test_explain_a_filter_with_an_in_list(populated):
+    # an `in (...)` list is an expanding parameter: explain used to fail on it (DatabaseError)
+    for flt in ("params.lr in (0.001, 0.01)", "id in (1, 2)", "tags.team in ('nlp', 'cv')"):
+        plan = populated.explain_search("p", flt)
+        assert plan and all(isinstance(line, str) for line in plan), flt
+
+
 def test_search_across_projects_and_plans_use_indexes(populated):
     assert {r.project for r in populated.search_runs(None, "tags.team = 'nlp'")} == {"p", "other"}
     plan = " ".join(populated.explain_search("p", "metrics.val_acc > 0.85 and tags.team = 'nlp'")).lower()

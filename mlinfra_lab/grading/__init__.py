@@ -11,6 +11,7 @@ The workflow of an instructor, one module per step:
   submission by id.
 - `forbid`: the guard a grader with ``forbid`` metadata runs under: no calling the course's
   own implementation of the answer.
+- `reference`: `using_reference`, a later exercise graded with the earlier ones' references.
 - `secret`: `grading_rng` / `grading_seed`, hidden-test inputs drawn from the grading secret.
 - `execute`: run notebooks under ``pytest --nbval-lax`` and read each cell's outcome.
 - `grade`: score each grader cell; `gradebook`: write the CSV and JSON.
@@ -47,6 +48,7 @@ from .markers import (
     replace_solutions,
     strip_hidden,
 )
+from .reference import using_reference
 from .release import release_dir, release_node, release_notebook
 from .restore import RestoreNote, restore_graders
 from .secret import DEFAULT_SECRET, SECRET_ENV, grading_rng, grading_seed
@@ -103,6 +105,7 @@ __all__ = [
     "restore_graders",
     "run_notebooks",
     "strip_hidden",
+    "using_reference",
     "validate_labs",
     "verify_gradebook",
     "variant_notebook",

@@ -10,7 +10,10 @@ The syllabus, in the order the chapter uses it:
 - `ring_allreduce_time`, `tree_allreduce_time`, `StepModel`, `worked_example`: the cost
   model that extrapolates a small run to 8 and 64 GPUs.
 - `loader_bench`, `shared_source_bench`: the data loader alone.
-- `diagnose` -> `Diagnosis`; `parse_nccl_log`: the verdict, its evidence, the transport.
+- `diagnose` -> `Diagnosis`, `scaling_efficiency`; `parse_nccl_log`: the verdict, its
+  evidence, the transport.
+- `synthesize_run`, `mystery_set`: runs computed from the emulation's arithmetic for stated
+  faults (the lab's fresh mysteries, one fault or two at once).
 - `summarise_trace`, `op_table`, `format_op_table`: a `torch.profiler` trace of the profiled
   steps (`RunConfig(trace=True)`), read back as compute vs communication and top operators.
 - `read_counters`, `sample_counters`, `describe_counters`: GPU counters from NVML
@@ -36,7 +39,13 @@ from mlinfra_lab.scaling.compression import (
 )
 from mlinfra_lab.scaling.config import FAULT_KINDS, Fault, FaultSpecError, RunConfig, parse_fault
 from mlinfra_lab.scaling.dataloader import loader_bench, shared_source_bench
-from mlinfra_lab.scaling.diagnose import CAUSES, Diagnosis, Hypothesis, diagnose
+from mlinfra_lab.scaling.diagnose import (
+    CAUSES,
+    Diagnosis,
+    Hypothesis,
+    diagnose,
+    scaling_efficiency,
+)
 from mlinfra_lab.scaling.launch import (
     OversubscribedWarning,
     RankLostError,
@@ -59,6 +68,7 @@ from mlinfra_lab.scaling.nvml import (
     sample_counters,
 )
 from mlinfra_lab.scaling.results import PHASES, ResultFileError, RunResult, load_run, save_run
+from mlinfra_lab.scaling.synthetic import Mystery, mystery_set, synthesize_run
 from mlinfra_lab.scaling.trace import OpRow, format_op_table, op_table, summarise_trace
 
 __all__ = [
@@ -81,6 +91,7 @@ __all__ = [
     "ResultFileError",
     "RunConfig",
     "RunResult",
+    "Mystery",
     "StepModel",
     "StepPrediction",
     "UnknownHookError",
@@ -94,6 +105,7 @@ __all__ = [
     "fit_alpha_beta",
     "format_op_table",
     "load_run",
+    "mystery_set",
     "loader_bench",
     "op_table",
     "parse_fault",
@@ -105,8 +117,10 @@ __all__ = [
     "run_allreduce_bench",
     "sample_counters",
     "save_run",
+    "scaling_efficiency",
     "shared_source_bench",
     "summarise_trace",
+    "synthesize_run",
     "tree_allreduce_time",
     "worked_example",
 ]

@@ -37,7 +37,7 @@ from typing import Any
 from mlinfra_lab.scaling.nccl_log import NcclTransport, parse_nccl_log
 from mlinfra_lab.scaling.results import RunResult, load_run
 
-__all__ = ["CAUSES", "Diagnosis", "Hypothesis", "diagnose"]
+__all__ = ["CAUSES", "Diagnosis", "Hypothesis", "diagnose", "scaling_efficiency"]
 
 CAUSES = ("communication", "data_loading", "straggler", "small_batch", "transport", "none")
 GOOD_EFFICIENCY = 0.85
@@ -143,6 +143,13 @@ def _skew(run: RunResult) -> float:
     return waits[-1] - waits[(len(waits) - 1) // 2]
 
 
+def scaling_efficiency(small_run: Any, large_run: Any) -> float:
+    """Throughput gained over the ratio of world sizes: 1.0 is linear scaling (paths, dicts or
+    `RunResult`s; throughput, not step time, since the per-rank batch may differ)."""
+    small, large = load_run(small_run), load_run(large_run)
+    return (large.throughput() / small.throughput()) / (large.world_size / small.world_size)
+
+
 def diagnose(small_run: Any, large_run: Any, nccl_log: str | NcclTransport | None = None,
              ) -> Diagnosis:
     """Compare a small-scale and a large-scale run (paths, dicts or `RunResult`s).
@@ -154,7 +161,7 @@ def diagnose(small_run: Any, large_run: Any, nccl_log: str | NcclTransport | Non
         small, large = large, small
     s, lg = _facts(small), _facts(large)
     speedup = large.throughput() / small.throughput()
-    efficiency = speedup / (large.world_size / small.world_size)
+    efficiency = scaling_efficiency(small, large)
     # Seconds per sample: step_L/b_L - step_S/b_S = (step_L - step_S)/b_L
     #   + step_S (1/b_L - 1/b_S). The second term is the small run's per-step cost spread
     # over a smaller per-rank batch (small_batch); the first splits by phase.

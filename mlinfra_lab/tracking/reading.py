@@ -148,7 +148,9 @@ def search_statement(conn: Connection, pids: Sequence[int], filter: str | None, 
 
 def explain(conn: Connection, stmt: Select) -> list[str]:
     """The database's plan for `stmt` (SQLite: EXPLAIN QUERY PLAN; PostgreSQL: EXPLAIN), one line per step."""
-    compiled = stmt.compile(conn.engine, compile_kwargs={"literal_binds": False})
+    # render_postcompile: an `in (...)` list is an "expanding" parameter, expanded only at
+    # execution; rendered here, so the text and `positiontup` hold one parameter per value
+    compiled = stmt.compile(conn.engine, compile_kwargs={"render_postcompile": True})
     params = compiled.params
     if conn.dialect.name == "sqlite":
         rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), tuple(params[k] for k in compiled.positiontup))
