@@ -4,7 +4,9 @@ Contract: `register(commands, bench)` adds ``track`` (``runs search``, ``lineage
 ``retention plan|apply``, ``gc``, ``grant``) and ``bench tracking``; every handler opens
 the store named by ``--db`` / ``--artifacts`` (or ``$MLINFRA_TRACKING_DB`` /
 ``$MLINFRA_TRACKING_ARTIFACTS``), acts as ``--user`` (default: ``$MLINFRA_USER`` or the OS
-user), prints a table or JSON, and returns 0; store errors (`TrackingError`, an `MlinfraError`) reach ``mlinfra-lab``'s
+user), or with ``--server URL --token T`` goes through a tracking server as the token's
+user (``--user`` refused; ``track serve`` and ``track token`` are in `server.cli`), prints
+a table or JSON, and returns 0; store errors (`TrackingError`, an `MlinfraError`) reach ``mlinfra-lab``'s
 main, which prints them as one line; a bad ``--policy`` is a `CommandError` naming it.
 """
 
@@ -16,11 +18,18 @@ import os
 from datetime import datetime, timezone
 
 from mlinfra_lab.errors import CommandError
+from mlinfra_lab.tracking.server.cli import register as register_server
+from mlinfra_lab.tracking.server.cli import server_args
 
 __all__ = ["register"]
 
 
 def _store(args: argparse.Namespace):
+    """The store named by --db/--artifacts, or, with --server, a `TrackingClient` on that server."""
+    if getattr(args, "server", None):
+        from mlinfra_lab.tracking.server.cli import client_for
+
+        return client_for(args)
     from mlinfra_lab.tracking import TrackingStore
 
     return TrackingStore(args.db, args.artifacts, default_user=args.user)
@@ -133,13 +142,17 @@ def _bench(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``track`` and ``bench tracking``."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=os.environ.get("MLINFRA_TRACKING_DB", "sqlite:///mlinfra-tracking.db"),
+    location = argparse.ArgumentParser(add_help=False)  # where the store is: --db, --artifacts
+    location.add_argument("--db", default=os.environ.get("MLINFRA_TRACKING_DB", "sqlite:///mlinfra-tracking.db"),
                         help="database URL: sqlite:///file.db or postgresql+psycopg://... "
                              "(default: $MLINFRA_TRACKING_DB or sqlite:///mlinfra-tracking.db)")  # fmt: skip
-    common.add_argument("--artifacts", default=os.environ.get("MLINFRA_TRACKING_ARTIFACTS", "mlinfra-artifacts"),
-                        help="artifact root: a directory or an fsspec URL such as s3://bucket/prefix")  # fmt: skip
-    common.add_argument("--user", default=None, help="act as this principal (default: $MLINFRA_USER or the OS user)")
+    location.add_argument("--artifacts", default=os.environ.get("MLINFRA_TRACKING_ARTIFACTS", "mlinfra-artifacts"),
+                          help="artifact root: a directory or an fsspec URL such as s3://bucket/prefix")  # fmt: skip
+    common = argparse.ArgumentParser(add_help=False, parents=[location])
+    common.add_argument("--user", default=None, help="act as this principal (default: $MLINFRA_USER or the OS user); "
+                                                     "direct database access trusts it: for admins and notebooks")
+    db_args = argparse.ArgumentParser(add_help=False, parents=[common])
+    server_args(common)
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     track = commands.add_parser("track", help="query and maintain the experiment-tracking store",
@@ -194,6 +207,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     grant.add_argument("--kind", choices=["user", "team"], default=None,
                        help="refuse the grant unless the principal is of this kind (--kind team: an existing team)")
     grant.set_defaults(func=_grant)
+
+    register_server(sub, db_args, location)
 
     b = bench.add_parser("tracking", help="this tracking store against MLflow, side by side (SQLite)",
                          description="Logs 1M metric points, creates 100k runs and times five searches "

@@ -79,6 +79,7 @@ def create_token(engine: Engine, user: str, by: str, note: str | None = None) ->
     secret = PREFIX + secrets.token_urlsafe(32)
     with audit.audited_write(engine, "creating a token") as conn:
         access.require_store_admin(conn, by, f"create a token for {user!r}")
+        access.ensure_principal(conn, by, "user")  # in a new store, the creator is its first user (ADMIN)
         pid = access.ensure_principal(conn, user, "user")
         ins = S.api_tokens.insert().values(principal_id=pid, digest=digest(secret), note=note and note[:200],
                                            created_at=time.time(), created_by=by[:200])  # fmt: skip
