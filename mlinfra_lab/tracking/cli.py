@@ -117,13 +117,15 @@ def _bench(args: argparse.Namespace) -> int:
 
     from mlinfra_lab.tracking.bench import BenchConfig, mlflow_available, run_benchmark, save
 
-    if args.scale <= 0 or (args.mlflow_scale is not None and args.mlflow_scale <= 0):
-        raise CommandError("--scale and --mlflow-scale must be positive")
+    if args.scale <= 0 or any(s is not None and s <= 0 for s in (args.mlflow_scale, args.server_scale)):
+        raise CommandError("--scale, --mlflow-scale and --server-scale must be positive")
     if not args.no_mlflow and not mlflow_available():
-        print("MLflow is not installed: measuring this store only. "
-              "For the side-by-side run: pip install 'mlinfra-lab[bench]'")  # fmt: skip
+        print("MLflow is not importable here: its in-process store is not measured"
+              + (" (its server is, with --mlflow-bin)" if args.mlflow_bin else
+                 ". For the side-by-side run: pip install 'mlinfra-lab[bench]'"))  # fmt: skip
     cfg = BenchConfig(scale=args.scale, mlflow_scale=args.mlflow_scale, search_repeats=args.repeats,
-                      with_mlflow=not args.no_mlflow)  # fmt: skip
+                      with_mlflow=not args.no_mlflow, with_server=not args.no_server,
+                      server_scale=args.server_scale, mlflow_bin=args.mlflow_bin)  # fmt: skip
     result = run_benchmark(cfg, args.workdir, progress=lambda it, desc="": tqdm(it, desc=desc, leave=False))
     ours = result["systems"]["mlinfra"]
     print(f"mlinfra: {ours['log']['points_per_s']:,.0f} points/s, {ours['create']['runs_per_s']:,.0f} runs/s, "
@@ -135,6 +137,15 @@ def _bench(args: argparse.Namespace) -> int:
               f"{m['log_batched_1000']['points_per_s']:,.0f}), {m['create']['runs_per_s']:,.1f} runs/s, "
               f"search p50 {m['search']['p50_ms']:.2f} ms p99 {m['search']['p99_ms']:.2f} ms")  # fmt: skip
         print("ratios: " + json.dumps({k: round(v, 2) for k, v in result["ratios"].items() if isinstance(v, float)}))
+    for name, label in (("served", "served: "), ("mlflow_server", "mlflow server: ")):
+        if name in result["systems"]:
+            m = result["systems"][name]
+            print(f"{label}{m['log']['points_per_s']:,.0f} points/s, {m['create']['runs_per_s']:,.1f} runs/s, "
+                  f"search p50 {m['search']['p50_ms']:.2f} ms p99 {m['search']['p99_ms']:.2f} ms")  # fmt: skip
+    for note in result["notes"]:
+        print(note)
+    if "ratios_served" in result:
+        print("served vs mlflow server: " + json.dumps({k: round(v, 2) for k, v in result["ratios_served"].items()}))
     if args.out:
         print(f"wrote {save(result, args.out)}")
     return 0
@@ -217,7 +228,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--mlflow-scale", type=float, default=None,
                    help="MLflow's own scale for logging and creating runs (it is ~100x slower); default --scale")  # fmt: skip
     b.add_argument("--repeats", type=int, default=30, help="timed calls per search query")
-    b.add_argument("--no-mlflow", action="store_true", help="measure this store only")
+    b.add_argument("--no-mlflow", action="store_true", help="measure this store only (in process and served)")
+    b.add_argument("--no-server", action="store_true", help="skip both servers (ours through TrackingClient, MLflow's)")
+    b.add_argument("--server-scale", type=float, default=None,
+                   help="scale of both servers' logging and run creation (a request per call); default --mlflow-scale")
+    b.add_argument("--mlflow-bin", default=None, metavar="PATH",
+                   help="the `mlflow` command for MLflow's server (default: on PATH, or python -m mlflow)")
     b.add_argument("--workdir", default=None, help="directory for the temporary databases (default: system temp)")
     b.add_argument("--out", metavar="FILE", default="benchmarks/results",
                    help="the JSON result: a file name (e.g. benchmarks/results/cpu-tracking-"
