@@ -8,7 +8,8 @@ name the request gives. Read the modules in this order:
 
 - ``tokens``      bearer tokens: created by a store ADMIN, stored as sha256, revocable
 - ``wire``        records and errors as JSON, both ways (HTTP status from the error class)
-- ``app``         the FastAPI app: the token -> the user, errors -> JSON
+- ``deps``        what every route depends on: the token's user, the store, JSON replies
+- ``app``         the FastAPI app: errors -> JSON, the routes under /api
 - ``routes_runs``, ``routes_artifacts``, ``routes_access``, ``routes_maintenance``
                   one route per store method, as the token's user
 - ``serving``     uvicorn in the foreground (``mlinfra-lab track serve``) or in a thread

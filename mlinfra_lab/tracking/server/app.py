@@ -42,40 +42,18 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 
-from mlinfra_lab.tracking.errors import AuthenticationError, IdentityError, TrackingError
-from mlinfra_lab.tracking.server import tokens, wire
+from mlinfra_lab.tracking.errors import IdentityError, TrackingError
+from mlinfra_lab.tracking.server import (
+    routes_access,
+    routes_artifacts,
+    routes_maintenance,
+    routes_runs,
+    wire,
+)
+from mlinfra_lab.tracking.server.deps import NO_USER, caller, json_response
 from mlinfra_lab.tracking.store import TrackingStore
 
-__all__ = ["NO_USER", "caller", "create_app", "json_response", "store_of"]
-
-# The server's store has this default user, which no token can name (it is not printable):
-# a call that forgot ``user=`` acts as nobody instead of as someone.
-NO_USER = "\x00no-user"
-
-
-def json_response(obj: Any, status: int = 200) -> Response:
-    return Response(wire.dumps(obj), status_code=status, media_type="application/json")
-
-
-def store_of(request: Request) -> TrackingStore:
-    return request.app.state.store
-
-
-def caller(request: Request) -> str:
-    """The user of the request's bearer token; `AuthenticationError` (401) without a valid one.
-
-    A request that names a user in its query string is refused (`IdentityError`, 400).
-    """
-    scheme, _, secret = request.headers.get("authorization", "").partition(" ")
-    store = store_of(request)
-    with store.engine.connect() as conn:
-        user = tokens.authenticate(conn, secret.strip()) if scheme.lower() == "bearer" else None
-    if user is None:
-        raise AuthenticationError()
-    if "user" in request.query_params:
-        raise IdentityError(request.query_params["user"], user)
-    return user
-
+__all__ = ["create_app"]
 
 def _error(_request: Request, err: TrackingError) -> Response:
     status, body = wire.error_payload(err)
@@ -98,13 +76,6 @@ def create_app(store: TrackingStore | str, artifact_root: str | None = None, col
     """The server's app over `store` (or over a store opened on database URL `store` and
     `artifact_root`, with `store_kwargs` such as ``cache_dir``). `cold_root` is the only
     cold tier a retention policy or `gc` sent through the server may name."""
-    from mlinfra_lab.tracking.server import (
-        routes_access,
-        routes_artifacts,
-        routes_maintenance,
-        routes_runs,
-    )
-
     if isinstance(store, str):
         if artifact_root is None:
             raise TrackingError("create_app(db_url, ...) needs artifact_root as well")

@@ -11,7 +11,7 @@ per step, run creation, and the five searches over `search_runs` runs;
 Design decisions:
 - Each server runs in its own process, as deployed, on loopback; the benchmark process is
   the client. Both servers' databases are grown to `search_runs` runs by the same bulk
-  fill as the in-process systems (`bench.fill_ours`, `bench.fill_mlflow`: plain SQL into
+  fill as the in-process systems (`workload.fill_ours`, `workload.fill_mlflow`: plain SQL into
   the file the server has open, untimed), so all four systems answer the same queries
   over the same number of runs.
 - Our side uses its own client as a user would: `RemoteRun` buffers points and sends one
@@ -36,14 +36,14 @@ from typing import Any
 
 import httpx
 
-from mlinfra_lab.tracking.bench import (
+from mlinfra_lab.tracking.workload import (
     DAY,
     QUERIES,
     BenchConfig,
-    _time_queries,
     fill_mlflow,
     fill_ours,
     synthetic_runs,
+    time_queries,
 )
 
 __all__ = ["bench_mlflow_server", "bench_served", "mlflow_server_command", "why_no_mlflow_server"]
@@ -92,7 +92,7 @@ def bench_served(cfg: BenchConfig, work: Path, now: float, progress, db_url: str
         engine_url = admin.db_url
     package_root = str(Path(__file__).resolve().parents[3])
     env = os.environ | {"PYTHONPATH": os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")])}
-    proc = _start([sys.executable, "-m", "mlinfra_lab.cli", "track", "serve", "--db", db_url, "--artifacts", art,
+    proc = _start([sys.executable, "-m", "mlinfra_lab.tracking.server", "--db", db_url, "--artifacts", art,
                    "--port", "0"], work / "served.log", env, pipe=True)  # fmt: skip
     out: dict[str, Any] = {"system": "mlinfra_lab.tracking served (TrackingClient -> uvicorn/FastAPI)",
                            "backend": db_url.split(":", 1)[0], "scale": cfg.server_scale_or_default()}  # fmt: skip
@@ -125,7 +125,7 @@ def bench_served(cfg: BenchConfig, work: Path, now: float, progress, db_url: str
             fill_ours(admin.engine, "search", specs[n_create:], now, progress, desc="served: bulk fill")
             assert admin.count("metrics") == points + n_create * 2 + len(specs[n_create:]) * 2, "lost points"
         queries = [(name, ours) for name, ours, _ in QUERIES]
-        search = _time_queries(lambda f: client.search_runs("search", f, limit=100), queries, cfg.search_repeats)
+        search = time_queries(lambda f: client.search_runs("search", f, limit=100), queries, cfg.search_repeats)
         out["search"] = {"db_runs": len(specs), "bulk_inserted": len(specs) - n_create, **search}
         client.close()
     finally:
@@ -217,7 +217,7 @@ def bench_mlflow_server(cfg: BenchConfig, work: Path, now: float, progress, comm
             return call("/runs/search", {"experiment_ids": [sexp], "filter": f, "max_results": 100}).get("runs", [])
 
         out["search"] = {"db_runs": len(specs), "bulk_inserted": len(specs) - n_create,
-                         **_time_queries(search, queries, cfg.search_repeats)}  # fmt: skip
+                         **time_queries(search, queries, cfg.search_repeats)}  # fmt: skip
         http.close()
     finally:
         _stop(proc)

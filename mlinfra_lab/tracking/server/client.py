@@ -59,7 +59,7 @@ class TrackingClient:
         self._http = httpx.Client(base_url=self.url + "/api", headers={"Authorization": f"Bearer {token}"},
                                   timeout=timeout_s)  # fmt: skip
         try:
-            self.user: str = self._call("GET", "/whoami")["user"]
+            self.user: str = self.request("GET", "/whoami")["user"]
         except BaseException:
             self._http.close()
             raise
@@ -85,9 +85,10 @@ class TrackingClient:
         if user is not None and user != self.user:
             raise IdentityError(user, self.user)
 
-    def _call(self, method: str, path: str, body: Any = None, params: dict | None = None,
+    def request(self, method: str, path: str, body: Any = None, params: dict | None = None,
               content: Any = None) -> Any:  # fmt: skip
-        """Send one request; its JSON answer, or the store's exception rebuilt from the error."""
+        """Send one request to the server's API (`path` under ``/api``); its JSON answer, or the
+        store's exception rebuilt from the error. The one way the client and its runs talk."""
         try:
             r = self._http.request(method, path, json=body, params=params, content=content)
         except httpx.TransportError as err:
@@ -109,32 +110,32 @@ class TrackingClient:
     # -- projects, teams, grants -------------------------------------------------------
     def create_project(self, name: str, user: str | None = None) -> int:
         self._as(user)
-        return self._call("POST", "/projects", {"name": name})["id"]
+        return self.request("POST", "/projects", {"name": name})["id"]
 
     def add_to_team(self, team: str, member: str, user: str | None = None) -> None:
         self._as(user)
-        self._call("POST", "/teams", {"team": team, "member": member})
+        self.request("POST", "/teams", {"team": team, "member": member})
 
     def grant(self, project: str, principal: str, level: Level | str, user: str | None = None,
               kind: str | None = None) -> None:  # fmt: skip
         self._as(user)
-        self._call("POST", "/grants", {"project": project, "principal": principal,
+        self.request("POST", "/grants", {"project": project, "principal": principal,
                                        "level": Level.parse(level).name, "kind": kind})  # fmt: skip
 
     def set_store_admin(self, principal: str, admin: bool = True, user: str | None = None) -> None:
         self._as(user)
-        self._call("POST", "/store-admins", {"principal": principal, "admin": admin})
+        self.request("POST", "/store-admins", {"principal": principal, "admin": admin})
 
     def level(self, project: str, user: str | None = None, principal: str | None = None) -> Level:
         self._as(user)
         params = {"project": project} | ({"principal": principal} if principal is not None else {})
-        return Level[self._call("GET", "/level", params=params)["level"]]
+        return Level[self.request("GET", "/level", params=params)["level"]]
 
     # -- datasets and runs -------------------------------------------------------------
     def register_dataset(self, project: str, name: str, version: str, uri: str, sha256: str | None = None,
                          user: str | None = None) -> DatasetRef:  # fmt: skip
         self._as(user)
-        return wire.dataset_ref(self._call("POST", "/datasets", {"project": project, "name": name,
+        return wire.dataset_ref(self.request("POST", "/datasets", {"project": project, "name": name,
                                            "version": version, "uri": uri, "sha256": sha256}))  # fmt: skip
 
     def start_run(self, project: str, name: str | None = None, params: dict | None = None,
@@ -142,18 +143,18 @@ class TrackingClient:
                   inputs: Iterable[DatasetRef | ArtifactInfo | str] = (), user: str | None = None,
                   start_time: float | None = None) -> RemoteRun:  # fmt: skip
         self._as(user)
-        out = self._call("POST", "/runs", {"project": project, "name": name, "params": params, "tags": tags,
+        out = self.request("POST", "/runs", {"project": project, "name": name, "params": params, "tags": tags,
                                            "code_commit": code_commit, "inputs": [_node(i) for i in inputs],
                                            "start_time": start_time})  # fmt: skip
         return RemoteRun(self, out["id"], out["project"], out["name"], out["user"], self.batch_size)
 
     def get_run(self, run_id: int, user: str | None = None) -> RunInfo:
         self._as(user)
-        return wire.run_info(self._call("GET", f"/runs/{int(run_id)}"))
+        return wire.run_info(self.request("GET", f"/runs/{int(run_id)}"))
 
     def metric_history(self, run_id: int, key: str, user: str | None = None) -> list[tuple[int, float]]:
         self._as(user)
-        return [tuple(p) for p in self._call("GET", f"/runs/{int(run_id)}/metric-history", params={"key": key})]
+        return [tuple(p) for p in self.request("GET", f"/runs/{int(run_id)}/metric-history", params={"key": key})]
 
     def search_runs(self, project: str | Sequence[str] | None, filter: str | None = None,
                     order_by: str | None = None, limit: int = 100,
@@ -161,17 +162,17 @@ class TrackingClient:
         self._as(user)
         project = project if project is None or isinstance(project, str) else list(project)
         body = {"project": project, "filter": filter, "order_by": order_by, "limit": limit}
-        return [wire.run_info(r) for r in self._call("POST", "/runs/search", body)]
+        return [wire.run_info(r) for r in self.request("POST", "/runs/search", body)]
 
     def explain_search(self, project: str, filter: str | None = None, order_by: str | None = None,
                        user: str | None = None) -> list[str]:  # fmt: skip
         self._as(user)
-        return self._call("POST", "/runs/explain", {"project": project, "filter": filter, "order_by": order_by})
+        return self.request("POST", "/runs/explain", {"project": project, "filter": filter, "order_by": order_by})
 
     # -- artifacts and lineage -----------------------------------------------------------
     def list_artifacts(self, run_id: int, user: str | None = None) -> list[ArtifactInfo]:
         self._as(user)
-        return [wire.artifact_info(a) for a in self._call("GET", f"/runs/{int(run_id)}/artifacts")]
+        return [wire.artifact_info(a) for a in self.request("GET", f"/runs/{int(run_id)}/artifacts")]
 
     def open_artifact(self, artifact_id: int, user: str | None = None) -> BinaryIO:
         """An open binary file of the artifact's bytes (verified by the server, length checked here)."""
@@ -204,7 +205,7 @@ class TrackingClient:
 
     def pin_artifact(self, artifact_id: int, pinned: bool = True, user: str | None = None) -> None:
         self._as(user)
-        self._call("POST", f"/artifacts/{int(artifact_id)}/pin", {"pinned": pinned})
+        self.request("POST", f"/artifacts/{int(artifact_id)}/pin", {"pinned": pinned})
 
     def cache_stats(self) -> None:  # the server's cache is the server's business
         return None
@@ -213,30 +214,30 @@ class TrackingClient:
                 depth: int | None = None, user: str | None = None) -> LineageGraph:  # fmt: skip
         self._as(user)
         params = {"node": _node(node), "direction": direction} | ({"depth": depth} if depth is not None else {})
-        return wire.lineage_graph(self._call("GET", "/lineage", params=params))
+        return wire.lineage_graph(self.request("GET", "/lineage", params=params))
 
     # -- retention, garbage collection, audit, counts ------------------------------------
     def apply_retention(self, policy: RetentionPolicy, now: float | None = None, dry_run: bool = True,
                         user: str | None = None) -> RetentionPlan:  # fmt: skip
         self._as(user)
         body = {"policy": policy.as_dict(), "now": now, "dry_run": dry_run}
-        return wire.retention_plan(self._call("POST", "/retention", body))
+        return wire.retention_plan(self.request("POST", "/retention", body))
 
     def gc(self, grace_seconds: float = 3600.0, dry_run: bool = False, extra_roots: Sequence[str] = (),
            user: str | None = None, stale_upload_seconds: float = 3600.0) -> GcReport:  # fmt: skip
         self._as(user)
         body = {"grace_seconds": grace_seconds, "dry_run": dry_run, "extra_roots": list(extra_roots),
                 "stale_upload_seconds": stale_upload_seconds}  # fmt: skip
-        return wire.gc_report(self._call("POST", "/gc", body))
+        return wire.gc_report(self.request("POST", "/gc", body))
 
     def audit_log(self, project: str | None, limit: int = 100, user: str | None = None) -> list[dict]:
         self._as(user)
         params = {"limit": limit} | ({"project": project} if project is not None else {})
-        return self._call("GET", "/audit", params=params)
+        return self.request("GET", "/audit", params=params)
 
     def count(self, table: str, user: str | None = None) -> int:
         self._as(user)
-        return self._call("GET", f"/count/{table}")["count"]
+        return self.request("GET", f"/count/{table}")["count"]
 
 
 def connect(url: str, token: str | None = None, **store_kwargs: Any):  # noqa: ANN201 (a store or a client)

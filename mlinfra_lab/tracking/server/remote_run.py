@@ -18,6 +18,8 @@ Design decisions:
 - Checks that need no server happen here first, with the store's own messages (a NaN
   metric, a bad end status, a dangerous artifact name), so a mistake fails at the line
   that made it, as in process.
+- The run talks through the client's `request` (`Transport`), and does not import the
+  client: the client depends on the run, not both ways.
 - The handle holds only the run's id: the server never trusts its project or name (it
   re-reads the run's project for each write), so building a handle by hand gains nothing.
 """
@@ -27,7 +29,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from mlinfra_lab.tracking.artifacts import CHUNK, check_name
 from mlinfra_lab.tracking.errors import TrackingError
@@ -35,10 +37,14 @@ from mlinfra_lab.tracking.records import ArtifactInfo
 from mlinfra_lab.tracking.run import RUN_STATUSES
 from mlinfra_lab.tracking.server import wire
 
-if TYPE_CHECKING:
-    from mlinfra_lab.tracking.server.client import TrackingClient
+__all__ = ["RemoteRun", "Transport"]
 
-__all__ = ["RemoteRun"]
+
+class Transport(Protocol):
+    """What a remote run sends its requests through: a `TrackingClient` is one (no import of it)."""
+
+    def request(self, method: str, path: str, body: Any = None, params: dict | None = None,
+                content: Any = None) -> Any: ...  # fmt: skip
 
 
 def _stream(source: bytes | str | os.PathLike | BinaryIO) -> bytes | Iterator[bytes]:
@@ -60,7 +66,7 @@ def _stream(source: bytes | str | os.PathLike | BinaryIO) -> bytes | Iterator[by
 class RemoteRun:
     """Handle of one run on a tracking server; created by `TrackingClient.start_run`."""
 
-    def __init__(self, client: TrackingClient, run_id: int, project: str, name: str, user: str,
+    def __init__(self, client: Transport, run_id: int, project: str, name: str, user: str,
                  batch_size: int = 1000):  # fmt: skip
         self.client, self.id, self.project, self.name, self.user = client, run_id, project, name, user
         self.batch_size = batch_size
@@ -118,7 +124,7 @@ class RemoteRun:
         if not self._buffer:
             return 0
         sent = list(self._buffer)
-        self.client._call("POST", f"/runs/{self.id}/metrics", {"points": sent})
+        self.client.request("POST", f"/runs/{self.id}/metrics", {"points": sent})
         return self._written(sent)
 
     def _written(self, sent: list[tuple[int, dict[str, float]]]) -> int:
@@ -131,11 +137,11 @@ class RemoteRun:
     # -- params, tags, artifacts ---------------------------------------------------
     def log_params(self, params: dict[str, Any]) -> None:
         self._check_open()
-        self.client._call("POST", f"/runs/{self.id}/params", {"params": params})
+        self.client.request("POST", f"/runs/{self.id}/params", {"params": params})
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._check_open()
-        self.client._call("POST", f"/runs/{self.id}/tags", {"tags": tags})
+        self.client.request("POST", f"/runs/{self.id}/tags", {"tags": tags})
 
     def log_artifact(self, source: bytes | str | os.PathLike | BinaryIO, name: str,
                      kind: str = "other", step: int | None = None,
@@ -146,7 +152,7 @@ class RemoteRun:
         params = {"name": name, "kind": kind, "pinned": str(bool(pinned)).lower()}
         if step is not None:
             params["step"] = int(step)
-        out = self.client._call("POST", f"/runs/{self.id}/artifacts", params=params, content=_stream(source))
+        out = self.client.request("POST", f"/runs/{self.id}/artifacts", params=params, content=_stream(source))
         return wire.artifact_info(out)
 
     # -- end -----------------------------------------------------------------------
@@ -156,6 +162,6 @@ class RemoteRun:
             raise TrackingError(f"end status must be one of {RUN_STATUSES[1:]}, got {status!r}")
         self._check_open()
         sent = list(self._buffer)
-        self.client._call("POST", f"/runs/{self.id}/end", {"status": status, "points": sent})
+        self.client.request("POST", f"/runs/{self.id}/end", {"status": status, "points": sent})
         self._written(sent)
         self.ended = True

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
-from mlinfra_lab.tracking.server.app import caller, json_response, store_of
+from mlinfra_lab.tracking.server.deps import caller, json_response, store_of
 
 __all__ = ["router"]
 

@@ -34,7 +34,7 @@ from starlette.concurrency import run_in_threadpool
 
 from mlinfra_lab.tracking.artifacts import CHUNK
 from mlinfra_lab.tracking.run import Run
-from mlinfra_lab.tracking.server.app import caller, json_response, store_of
+from mlinfra_lab.tracking.server.deps import caller, json_response, store_of
 
 __all__ = ["router"]
 

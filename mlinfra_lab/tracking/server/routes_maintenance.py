@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from mlinfra_lab.tracking.errors import TrackingError
 from mlinfra_lab.tracking.server import wire
-from mlinfra_lab.tracking.server.app import caller, json_response, store_of
+from mlinfra_lab.tracking.server.deps import caller, json_response, store_of
 
 __all__ = ["router"]
 

@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
 from mlinfra_lab.tracking.run import Run
-from mlinfra_lab.tracking.server.app import caller, json_response, store_of
+from mlinfra_lab.tracking.server.deps import caller, json_response, store_of
 
 __all__ = ["router"]
 
