@@ -9,6 +9,7 @@ starts, prints its URL and answers.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -143,3 +144,20 @@ def test_track_serve_prints_its_url_and_serves(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_bench_measures_the_served_path_and_says_why_mlflows_server_is_missing(tmp_path, capsys):
+    from mlinfra_lab.tracking.server import bench as served
+
+    if served.mlflow_server_command() is not None:
+        pytest.skip("MLflow is installed here: the skip path cannot be seen")
+    out = tmp_path / "r.json"
+    assert main(["bench", "tracking", "--scale", "0.0002", "--server-scale", "0.0002", "--repeats", "2",
+                 "--workdir", str(tmp_path), "--out", str(out)]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert served.why_no_mlflow_server in printed and "served: " in printed
+    res = json.loads(out.read_text())
+    s = res["systems"]["served"]
+    assert s["log"]["points"] == 10 * 1000 and s["create"]["runs"] == 20 and s["search"]["db_runs"] == 20
+    assert "mlflow_server" not in res["systems"] and served.why_no_mlflow_server in res["notes"]
+    assert "served_p99_search_under_50ms" in res["targets"]
