@@ -38,6 +38,7 @@ _EXPORTS = {
     "ArtifactNameError": "errors", "AuthenticationError": "errors", "IdentityError": "errors",
     "IntegrityError": "errors", "NotFound": "errors",
     "NotFoundOrDenied": "errors", "PermissionDenied": "errors", "QueryError": "errors", "TrackingError": "errors",
+    "ServerUnavailable": "errors",
     "LineageGraph": "lineage",
     "compile_filter": "query",
     "ArtifactInfo": "records", "DatasetRef": "records", "GcReport": "records", "RunInfo": "records",
@@ -70,6 +71,7 @@ __all__ = [
     "RetentionRule",
     "Run",
     "RunInfo",
+    "ServerUnavailable",
     "TrackingError",
     "TrackingClient",
     "TrackingStore",
@@ -103,6 +105,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the eager imports
         NotFoundOrDenied,
         PermissionDenied,
         QueryError,
+        ServerUnavailable,
         TrackingError,
     )
     from mlinfra_lab.tracking.lineage import LineageGraph
