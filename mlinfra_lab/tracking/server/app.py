@@ -4,7 +4,7 @@ Contract: `create_app(store)` (a `TrackingStore`, or a database URL and an artif
 returns a FastAPI app that serves the store's API under ``/api``: runs, metrics (batched),
 params, tags, artifacts (streamed both ways), search, lineage, grants, teams, retention,
 gc and the audit log. Each request must carry ``Authorization: Bearer <token>``; the
-server looks the token up (`tokens.authenticate`) and calls the store with
+server looks the token up (`deps.caller`: `tokens.authenticate`) and calls the store with
 ``user=<the token's user>``. Store errors go back as JSON (`wire.error_payload`) that
 `TrackingClient` turns into the same exception classes.
 
@@ -25,7 +25,7 @@ Design decisions:
   the one async handler, so that it can hand the request's byte stream to the store as a
   file (`routes_artifacts`). Replies are JSON bytes made by `wire.dumps`, not FastAPI's
   generic encoder, which costs more than the query for a page of 100 runs.
-- What a caller could use to reach outside the store is closed here: a retention policy's
+- What a caller could use to reach outside the store is closed (`routes_maintenance`): a policy's
   `cold_root` and `gc`'s extra roots must be the server's own cold root (`cold_root`),
   since the server's file-system rights are not the caller's.
 
