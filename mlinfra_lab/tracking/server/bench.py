@@ -111,7 +111,7 @@ def bench_served(cfg: BenchConfig, work: Path, now: float, progress, db_url: str
         dt = time.perf_counter() - t0
         points = runs * cfg.log_steps * cfg.log_metrics
         out["log"] = {"runs": runs, "points": points, "seconds": dt, "points_per_s": points / dt,
-                      "requests_per_run": 2 + -(-cfg.log_steps * cfg.log_metrics // client.batch_size) - 1}  # fmt: skip
+                      "requests_per_run": 2 + cfg.log_steps * cfg.log_metrics // client.batch_size}  # start, batches, end
         n_create = cfg.n(cfg.create_runs, served=True)
         specs = synthetic_runs(max(n_create, cfg.n(cfg.search_runs)), cfg.seed, now)
         t0 = time.perf_counter()
