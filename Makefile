@@ -133,7 +133,9 @@ clean:
 bench-staleness: setup
 	$(BIN)/mlinfra-lab bench staleness
 
-# MLflow is an optional extra (pip install -e ".[bench]"); without it only this store is measured.
+# MLflow is an optional extra (pip install -e ".[bench]"); without it only this store is measured
+# (in process, and through its server); with it, MLflow's SQLAlchemy store and its own server too
+# (both servers' logging and run creation run at --server-scale, default --mlflow-scale).
 # MLflow runs its log/create phases at 2% scale (it is ~100x slower per call); searches use 100k runs for both.
 # (Its --out is a folder, in which it writes cpu-tracking-YYYY-MM-DD.json.)
 bench-tracking: setup

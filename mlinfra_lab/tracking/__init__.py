@@ -23,6 +23,8 @@ cache and tiered retention keep storage fast and bounded. Read the modules in th
 - ``store``      `TrackingStore`, the facade every read and write goes through
 - ``experiments``  the chapter's measurements; ``testing``: throw-away stores for tests
 - ``bench``      side-by-side benchmark against MLflow (``mlinfra-lab bench tracking``)
+- ``server``     the trust boundary: an HTTP server that acts as the user of a bearer token
+                 (``mlinfra-lab track serve``), and `TrackingClient`, the store's API over it
 """
 
 from importlib import import_module
@@ -33,8 +35,10 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "Level": "access",
     "ArtifactCache": "cache", "CacheStats": "cache",
-    "ArtifactNameError": "errors", "IntegrityError": "errors", "NotFound": "errors",
+    "ArtifactNameError": "errors", "AuthenticationError": "errors", "IdentityError": "errors",
+    "IntegrityError": "errors", "NotFound": "errors",
     "NotFoundOrDenied": "errors", "PermissionDenied": "errors", "QueryError": "errors", "TrackingError": "errors",
+    "ServerUnavailable": "errors",
     "LineageGraph": "lineage",
     "compile_filter": "query",
     "ArtifactInfo": "records", "DatasetRef": "records", "GcReport": "records", "RunInfo": "records",
@@ -42,15 +46,18 @@ _EXPORTS = {
     "RetentionRule": "retention", "plan_retention": "retention",
     "Run": "run",
     "TrackingStore": "store",
+    "TrackingClient": "server.client", "connect": "server.client",
 }  # fmt: skip
 
 __all__ = [
     "ArtifactCache",
     "ArtifactInfo",
     "ArtifactNameError",
+    "AuthenticationError",
     "CacheStats",
     "DatasetRef",
     "GcReport",
+    "IdentityError",
     "IntegrityError",
     "Level",
     "LineageGraph",
@@ -64,9 +71,12 @@ __all__ = [
     "RetentionRule",
     "Run",
     "RunInfo",
+    "ServerUnavailable",
     "TrackingError",
+    "TrackingClient",
     "TrackingStore",
     "compile_filter",
+    "connect",
     "plan_retention",
 ]
 
@@ -88,11 +98,14 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the eager imports
     from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
     from mlinfra_lab.tracking.errors import (
         ArtifactNameError,
+        AuthenticationError,
+        IdentityError,
         IntegrityError,
         NotFound,
         NotFoundOrDenied,
         PermissionDenied,
         QueryError,
+        ServerUnavailable,
         TrackingError,
     )
     from mlinfra_lab.tracking.lineage import LineageGraph
@@ -106,4 +119,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the eager imports
         plan_retention,
     )
     from mlinfra_lab.tracking.run import Run
+    from mlinfra_lab.tracking.server.client import TrackingClient, connect
     from mlinfra_lab.tracking.store import TrackingStore

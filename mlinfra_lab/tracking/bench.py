@@ -1,5 +1,7 @@
 """`mlinfra-lab bench tracking`: this store side by side with MLflow's SQLAlchemy store on SQLite.
 
+(and, through HTTP, our client -> our server beside MLflow's own server: `server.bench`)
+
 Contract: `run_benchmark(config)` measures, for this store and (when installed) MLflow, on
 SQLite files in one work directory on this machine: metric-logging throughput
 (``log_runs x log_metrics x log_steps`` points, logged one step at a time the way a
@@ -28,101 +30,30 @@ from __future__ import annotations
 import json
 import os
 import platform
-import random
-import statistics
 import tempfile
 import time
-import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from mlinfra_lab.results import results_dir as committed_results_dir
+from mlinfra_lab.tracking.workload import (
+    DAY,
+    QUERIES,
+    BenchConfig,
+    fill_mlflow,
+    fill_ours,
+    synthetic_runs,
+    time_queries,
+)
 
 __all__ = ["BenchConfig", "QUERIES", "load_latest", "run_benchmark", "save", "synthetic_runs"]
-
-DAY = 86400.0
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    scale: float = 1.0  # multiplies every run count below (1.0 = the issue's sizes)
-    mlflow_scale: float | None = None  # MLflow's log/create scale (it is slow); None = scale
-    log_runs: int = 100  # metric logging: runs x metrics x steps = 1M points at scale 1
-    log_metrics: int = 10
-    log_steps: int = 1000
-    create_runs: int = 100_000  # runs created through the API (timed)
-    search_runs: int = 100_000  # database size for the searches (rest bulk-inserted)
-    search_repeats: int = 30  # timed calls per query, for p50/p99
-    with_mlflow: bool = True
-    seed: int = 0
-
-    def n(self, count: int, mlflow: bool = False) -> int:
-        s = self.mlflow_scale if (mlflow and self.mlflow_scale is not None) else self.scale
-        return max(1, int(round(count * s)))
-
-
-# (name, this store's filter, MLflow's filter); {week_ms} is filled in at run time.
-QUERIES: tuple[tuple[str, str, str], ...] = (
-    ("metric range", "metrics.val_acc > 0.95", "metrics.val_acc > 0.95"),
-    ("param and metric", "params.optimizer = 'adam' and metrics.val_loss < 0.1",
-     "params.optimizer = 'adam' and metrics.val_loss < 0.1"),
-    ("tag and status", "tags.team = 'nlp' and status = 'FINISHED'",
-     "tags.team = 'nlp' and attributes.status = 'FINISHED'"),
-    ("last 7 days", "created > -7d", "attributes.start_time > {week_ms}"),
-    ("like, tag, metric", "params.model like 'resnet%' and tags.team = 'vision' and metrics.val_acc > 0.9",
-     "params.model LIKE 'resnet%' and tags.team = 'vision' and metrics.val_acc > 0.9"),
-)  # fmt: skip
-
-
-def synthetic_runs(n: int, seed: int, now: float) -> list[dict[str, Any]]:
-    """`n` run specs with realistic spreads: params, a team tag, final metrics, a creation time."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        acc = rng.uniform(0.3, 0.99)
-        out.append({
-            "params": {"lr": rng.choice([1e-4, 3e-4, 1e-3, 3e-3, 1e-2]),
-                       "optimizer": rng.choice(["adam", "adamw", "sgd"]),
-                       "model": rng.choice(["resnet18", "resnet50", "vit-b16", "bert-base", "gpt2"]),
-                       "batch_size": rng.choice([32, 64, 128, 256])},
-            "tags": {"team": rng.choice(["nlp", "vision", "speech", "rl"])},
-            "metrics": {"val_acc": acc, "val_loss": max(0.0, 1 - acc + rng.gauss(0, 0.05))},
-            "created": now - rng.uniform(0, 365) * DAY,
-        })  # fmt: skip
-    return out
-
-
-def _percentile(samples: list[float], q: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
-
-
-def _time_queries(search, queries: list[tuple[str, str]], repeats: int) -> dict[str, Any]:
-    rows, every = [], []
-    for name, text in queries:
-        results = len(search(text))
-        search(text)  # second warm-up
-        samples = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            search(text)
-            samples.append((time.perf_counter() - t0) * 1000)
-        every += samples
-        rows.append({"name": name, "filter": text, "results": results,
-                     "p50_ms": statistics.median(samples), "p99_ms": _percentile(samples, 99)})  # fmt: skip
-    return {"queries": rows, "p50_ms": statistics.median(every), "p99_ms": _percentile(every, 99)}
 
 
 # -- this store ------------------------------------------------------------------------
 def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str, Any]:
-    from sqlalchemy import func, select
-
-    from mlinfra_lab.tracking import schema as S
-    from mlinfra_lab.tracking.db import write_tx
     from mlinfra_lab.tracking.store import TrackingStore
-    from mlinfra_lab.tracking.writing import number
 
     store = TrackingStore(f"sqlite:///{work / 'mlinfra.db'}", str(work / "mlinfra-artifacts"), default_user="bench")
     out: dict[str, Any] = {"system": "mlinfra_lab.tracking", "backend": "sqlite (WAL)"}
@@ -149,31 +80,9 @@ def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str,
     out["create"] = {"runs": n_create, "seconds": dt, "runs_per_s": n_create / dt}
 
     fill = specs[n_create:]
-    with write_tx(store.engine) as conn:
-        pid = conn.execute(select(S.projects.c.id).where(S.projects.c.name == "search")).scalar()
-        next_id = (conn.execute(select(func.max(S.runs.c.id))).scalar() or 0) + 1
-    for i in progress(range(0, len(fill), 5000), desc="mlinfra: bulk fill"):
-        chunk, runs_rows, p_rows, t_rows, m_rows = fill[i:i + 5000], [], [], [], []
-        for spec in chunk:
-            rid, next_id = next_id, next_id + 1
-            p = spec["params"]
-            runs_rows.append({"id": rid, "project_id": pid, "name": f"run-{rid}", "status": "FINISHED",
-                              "user": "bench", "code_commit": None, "created_at": spec["created"],
-                              "ended_at": spec["created"] + 60, "hot_lr": p["lr"],
-                              "hot_batch_size": float(p["batch_size"])})  # fmt: skip
-            p_rows += [{"run_id": rid, "key": k, "value_str": str(v), "value_num": number(v)} for k, v in p.items()]
-            t_rows += [{"run_id": rid, "key": k, "value": v} for k, v in spec["tags"].items()]
-            m_rows += [{"run_id": rid, "key": k, "step": 0, "value": v} for k, v in spec["metrics"].items()]
-        with write_tx(store.engine) as conn:
-            conn.execute(S.runs.insert(), runs_rows)
-            conn.execute(S.params.insert(), p_rows)
-            conn.execute(S.tags.insert(), t_rows)
-            conn.execute(S.latest_metrics.insert(), m_rows)
-            conn.execute(S.metrics.insert(), [r | {"timestamp": now} for r in m_rows])
-    with store.engine.connect() as conn:
-        conn.exec_driver_sql("ANALYZE")
+    fill_ours(store.engine, "search", fill, now, progress)
     queries = [(name, ours) for name, ours, _ in QUERIES]
-    search = _time_queries(lambda f: store.search_runs("search", f, limit=100), queries, cfg.search_repeats)
+    search = time_queries(lambda f: store.search_runs("search", f, limit=100), queries, cfg.search_repeats)
     out["search"] = {"db_runs": len(specs), "bulk_inserted": len(fill), **search,
                      "plans": {name: store.explain_search("search", f) for name, f in queries}}  # fmt: skip
     out["db_bytes"] = os.path.getsize(work / "mlinfra.db")
@@ -185,7 +94,6 @@ def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str,
 def _bench_mlflow(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str, Any]:
     import logging
 
-    import sqlalchemy as sa
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
@@ -226,38 +134,11 @@ def _bench_mlflow(cfg: BenchConfig, work: Path, now: float, progress) -> dict[st
     dt = time.perf_counter() - t0
     out["create"] = {"runs": n_create, "seconds": dt, "runs_per_s": n_create / dt}
 
-    engine = sa.create_engine(url)
-    md = sa.MetaData()
-    t = {name: sa.Table(name, md, autoload_with=engine) for name in ("runs", "params", "tags", "metrics", "latest_metrics")}
-    with engine.connect() as conn:
-        template = dict(conn.execute(sa.select(t["runs"]).where(t["runs"].c.experiment_id == int(sexp)).limit(1)).mappings().first())
     fill = specs[n_create:]
-    ts = int(now * 1000)
-    for i in progress(range(0, len(fill), 5000), desc="mlflow: bulk fill"):
-        runs_rows, p_rows, t_rows, m_rows = [], [], [], []
-        for spec in fill[i:i + 5000]:
-            ru = uuid.uuid4().hex
-            start = int(spec["created"] * 1000)
-            runs_rows.append(template | {"run_uuid": ru, "name": f"run-{ru[:8]}", "status": "FINISHED",
-                                         "start_time": start, "end_time": start + 60_000,
-                                         "artifact_uri": f"{template['artifact_uri'].rsplit('/', 2)[0]}/{ru}/artifacts"})  # fmt: skip
-            p_rows += [{"key": k, "value": str(v), "run_uuid": ru} for k, v in spec["params"].items()]
-            t_rows += [{"key": k, "value": v, "run_uuid": ru} for k, v in spec["tags"].items()]
-            t_rows.append({"key": "mlflow.runName", "value": f"run-{ru[:8]}", "run_uuid": ru})
-            m_rows += [{"key": k, "value": v, "timestamp": ts, "step": 0, "is_nan": False, "run_uuid": ru}
-                       for k, v in spec["metrics"].items()]  # fmt: skip
-        with engine.begin() as conn:
-            conn.execute(t["runs"].insert(), runs_rows)
-            conn.execute(t["params"].insert(), p_rows)
-            conn.execute(t["tags"].insert(), t_rows)
-            conn.execute(t["metrics"].insert(), m_rows)
-            conn.execute(t["latest_metrics"].insert(), m_rows)
-    with engine.connect() as conn:
-        conn.exec_driver_sql("ANALYZE")
-    engine.dispose()
+    fill_mlflow(url, int(sexp), fill, now, progress)
     week_ms = int((now - 7 * DAY) * 1000)
     queries = [(name, theirs.format(week_ms=week_ms)) for name, _, theirs in QUERIES]
-    search = _time_queries(lambda f: client.search_runs([sexp], f, max_results=100), queries, cfg.search_repeats)
+    search = time_queries(lambda f: client.search_runs([sexp], f, max_results=100), queries, cfg.search_repeats)
     out["search"] = {"db_runs": len(specs), "bulk_inserted": len(fill), **search}
     out["db_bytes"] = os.path.getsize(work / "mlflow.db")
     return out
@@ -297,6 +178,15 @@ def run_benchmark(cfg: BenchConfig, workdir: str | None = None, progress=None) -
             systems["mlflow"] = _bench_mlflow(cfg, work, now, progress)
         elif cfg.with_mlflow:
             notes.append("MLflow is not installed (pip install 'mlinfra-lab[bench]'): measured this store only")
+        if cfg.with_server:
+            from mlinfra_lab.tracking.server import bench as served  # needs FastAPI and uvicorn
+
+            systems["served"] = served.bench_served(cfg, work, now, progress)
+            command = served.mlflow_server_command(cfg.mlflow_bin) if cfg.with_mlflow else None
+            if command:
+                systems["mlflow_server"] = served.bench_mlflow_server(cfg, work, now, progress, command)
+            elif cfg.with_mlflow:
+                notes.append(served.why_no_mlflow_server)
     result: dict[str, Any] = {
         "benchmark": "tracking",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -318,7 +208,23 @@ def run_benchmark(cfg: BenchConfig, workdir: str | None = None, progress=None) -
             "per_query_p50": {a["name"]: b["p50_ms"] / a["p50_ms"]
                               for a, b in zip(ours["search"]["queries"], theirs["search"]["queries"], strict=True)},
         }  # fmt: skip
+    if "served" in systems and "mlflow_server" in systems:
+        ours, theirs = systems["served"], systems["mlflow_server"]
+        result["ratios_served"] = {
+            "log_throughput_vs_mlflow_server_per_step": ours["log"]["points_per_s"] / theirs["log"]["points_per_s"],
+            "log_throughput_vs_mlflow_server_batched_1000":
+                ours["log"]["points_per_s"] / theirs["log_batched_1000"]["points_per_s"],
+            "create_throughput": ours["create"]["runs_per_s"] / theirs["create"]["runs_per_s"],
+            "search_p50_latency": theirs["search"]["p50_ms"] / ours["search"]["p50_ms"],
+            "search_p99_latency": theirs["search"]["p99_ms"] / ours["search"]["p99_ms"],
+        }  # fmt: skip
     result["targets"] = {"p99_search_under_50ms": systems["mlinfra"]["search"]["p99_ms"] < 50.0}
+    if "served" in systems:
+        result["targets"]["served_p99_search_under_50ms"] = systems["served"]["search"]["p99_ms"] < 50.0
+    if "ratios_served" in result:
+        rs = result["ratios_served"]
+        result["targets"] |= {"served_ingest_10x_mlflow_server": rs["log_throughput_vs_mlflow_server_per_step"] >= 10,
+                              "served_search_10x_mlflow_server": rs["search_p50_latency"] >= 10}  # fmt: skip
     if "ratios" in result:
         result["targets"] |= {"log_10x_mlflow": result["ratios"]["log_throughput_vs_mlflow_per_step"] >= 10,
                               "search_p50_10x_lower": result["ratios"]["search_p50_latency"] >= 10}  # fmt: skip

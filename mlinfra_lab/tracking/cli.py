@@ -4,7 +4,9 @@ Contract: `register(commands, bench)` adds ``track`` (``runs search``, ``lineage
 ``retention plan|apply``, ``gc``, ``grant``) and ``bench tracking``; every handler opens
 the store named by ``--db`` / ``--artifacts`` (or ``$MLINFRA_TRACKING_DB`` /
 ``$MLINFRA_TRACKING_ARTIFACTS``), acts as ``--user`` (default: ``$MLINFRA_USER`` or the OS
-user), prints a table or JSON, and returns 0; store errors (`TrackingError`, an `MlinfraError`) reach ``mlinfra-lab``'s
+user), or with ``--server URL --token T`` goes through a tracking server as the token's
+user (``--user`` refused; ``track serve`` and ``track token`` are in `server.cli`), prints
+a table or JSON, and returns 0; store errors (`TrackingError`, an `MlinfraError`) reach ``mlinfra-lab``'s
 main, which prints them as one line; a bad ``--policy`` is a `CommandError` naming it.
 """
 
@@ -16,11 +18,18 @@ import os
 from datetime import datetime, timezone
 
 from mlinfra_lab.errors import CommandError
+from mlinfra_lab.tracking.server.cli import register as register_server
+from mlinfra_lab.tracking.server.cli import server_args
 
 __all__ = ["register"]
 
 
 def _store(args: argparse.Namespace):
+    """The store named by --db/--artifacts, or, with --server, a `TrackingClient` on that server."""
+    if getattr(args, "server", None):
+        from mlinfra_lab.tracking.server.cli import client_for
+
+        return client_for(args)
     from mlinfra_lab.tracking import TrackingStore
 
     return TrackingStore(args.db, args.artifacts, default_user=args.user)
@@ -108,13 +117,15 @@ def _bench(args: argparse.Namespace) -> int:
 
     from mlinfra_lab.tracking.bench import BenchConfig, mlflow_available, run_benchmark, save
 
-    if args.scale <= 0 or (args.mlflow_scale is not None and args.mlflow_scale <= 0):
-        raise CommandError("--scale and --mlflow-scale must be positive")
+    if args.scale <= 0 or any(s is not None and s <= 0 for s in (args.mlflow_scale, args.server_scale)):
+        raise CommandError("--scale, --mlflow-scale and --server-scale must be positive")
     if not args.no_mlflow and not mlflow_available():
-        print("MLflow is not installed: measuring this store only. "
-              "For the side-by-side run: pip install 'mlinfra-lab[bench]'")  # fmt: skip
+        print("MLflow is not importable here: its in-process store is not measured"
+              + (" (its server is, with --mlflow-bin)" if args.mlflow_bin else
+                 ". For the side-by-side run: pip install 'mlinfra-lab[bench]'"))  # fmt: skip
     cfg = BenchConfig(scale=args.scale, mlflow_scale=args.mlflow_scale, search_repeats=args.repeats,
-                      with_mlflow=not args.no_mlflow)  # fmt: skip
+                      with_mlflow=not args.no_mlflow, with_server=not args.no_server,
+                      server_scale=args.server_scale, mlflow_bin=args.mlflow_bin)  # fmt: skip
     result = run_benchmark(cfg, args.workdir, progress=lambda it, desc="": tqdm(it, desc=desc, leave=False))
     ours = result["systems"]["mlinfra"]
     print(f"mlinfra: {ours['log']['points_per_s']:,.0f} points/s, {ours['create']['runs_per_s']:,.0f} runs/s, "
@@ -126,6 +137,15 @@ def _bench(args: argparse.Namespace) -> int:
               f"{m['log_batched_1000']['points_per_s']:,.0f}), {m['create']['runs_per_s']:,.1f} runs/s, "
               f"search p50 {m['search']['p50_ms']:.2f} ms p99 {m['search']['p99_ms']:.2f} ms")  # fmt: skip
         print("ratios: " + json.dumps({k: round(v, 2) for k, v in result["ratios"].items() if isinstance(v, float)}))
+    for name, label in (("served", "served: "), ("mlflow_server", "mlflow server: ")):
+        if name in result["systems"]:
+            m = result["systems"][name]
+            print(f"{label}{m['log']['points_per_s']:,.0f} points/s, {m['create']['runs_per_s']:,.1f} runs/s, "
+                  f"search p50 {m['search']['p50_ms']:.2f} ms p99 {m['search']['p99_ms']:.2f} ms")  # fmt: skip
+    for note in result["notes"]:
+        print(note)
+    if "ratios_served" in result:
+        print("served vs mlflow server: " + json.dumps({k: round(v, 2) for k, v in result["ratios_served"].items()}))
     if args.out:
         print(f"wrote {save(result, args.out)}")
     return 0
@@ -133,13 +153,17 @@ def _bench(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``track`` and ``bench tracking``."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=os.environ.get("MLINFRA_TRACKING_DB", "sqlite:///mlinfra-tracking.db"),
+    location = argparse.ArgumentParser(add_help=False)  # where the store is: --db, --artifacts
+    location.add_argument("--db", default=os.environ.get("MLINFRA_TRACKING_DB", "sqlite:///mlinfra-tracking.db"),
                         help="database URL: sqlite:///file.db or postgresql+psycopg://... "
                              "(default: $MLINFRA_TRACKING_DB or sqlite:///mlinfra-tracking.db)")  # fmt: skip
-    common.add_argument("--artifacts", default=os.environ.get("MLINFRA_TRACKING_ARTIFACTS", "mlinfra-artifacts"),
-                        help="artifact root: a directory or an fsspec URL such as s3://bucket/prefix")  # fmt: skip
-    common.add_argument("--user", default=None, help="act as this principal (default: $MLINFRA_USER or the OS user)")
+    location.add_argument("--artifacts", default=os.environ.get("MLINFRA_TRACKING_ARTIFACTS", "mlinfra-artifacts"),
+                          help="artifact root: a directory or an fsspec URL such as s3://bucket/prefix")  # fmt: skip
+    common = argparse.ArgumentParser(add_help=False, parents=[location])
+    common.add_argument("--user", default=None, help="act as this principal (default: $MLINFRA_USER or the OS user); "
+                                                     "direct database access trusts it: for admins and notebooks")
+    db_args = argparse.ArgumentParser(add_help=False, parents=[common])
+    server_args(common)
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     track = commands.add_parser("track", help="query and maintain the experiment-tracking store",
@@ -195,6 +219,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                        help="refuse the grant unless the principal is of this kind (--kind team: an existing team)")
     grant.set_defaults(func=_grant)
 
+    register_server(sub, db_args, location)
+
     b = bench.add_parser("tracking", help="this tracking store against MLflow, side by side (SQLite)",
                          description="Logs 1M metric points, creates 100k runs and times five searches "
                                      "over 100k runs, for this store and MLflow (if installed).")  # fmt: skip
@@ -202,7 +228,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--mlflow-scale", type=float, default=None,
                    help="MLflow's own scale for logging and creating runs (it is ~100x slower); default --scale")  # fmt: skip
     b.add_argument("--repeats", type=int, default=30, help="timed calls per search query")
-    b.add_argument("--no-mlflow", action="store_true", help="measure this store only")
+    b.add_argument("--no-mlflow", action="store_true", help="measure this store only (in process and served)")
+    b.add_argument("--no-server", action="store_true", help="skip both servers (ours through TrackingClient, MLflow's)")
+    b.add_argument("--server-scale", type=float, default=None,
+                   help="scale of both servers' logging and run creation (a request per call); default --mlflow-scale")
+    b.add_argument("--mlflow-bin", default=None, metavar="PATH",
+                   help="the `mlflow` command for MLflow's server (default: on PATH, or python -m mlflow)")
     b.add_argument("--workdir", default=None, help="directory for the temporary databases (default: system temp)")
     b.add_argument("--out", metavar="FILE", default="benchmarks/results",
                    help="the JSON result: a file name (e.g. benchmarks/results/cpu-tracking-"

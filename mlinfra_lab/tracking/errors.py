@@ -18,6 +18,11 @@ Design decisions:
   `TrackingError` sees every failure, and no message carries SQL or parameters.
 - `IntegrityError` is raised when bytes read back do not hash to the recorded sha256: a
   tampered or corrupted blob is never returned silently.
+- `AuthenticationError` and `IdentityError` belong to the tracking server (`server`): the
+  first for a request without a valid token (absent, unknown and revoked get the same
+  answer), the second for a request that names a user itself, which the server refuses
+  because its identity is the token's user and nothing else; `ServerUnavailable` is the
+  client's, for a server it cannot reach.
 """
 
 from __future__ import annotations
@@ -26,18 +31,44 @@ from mlinfra_lab.errors import MlinfraError
 
 __all__ = [
     "ArtifactNameError",
+    "AuthenticationError",
     "DatabaseError",
+    "IdentityError",
     "IntegrityError",
     "NotFound",
     "NotFoundOrDenied",
     "PermissionDenied",
     "QueryError",
+    "ServerUnavailable",
     "TrackingError",
 ]
 
 
 class TrackingError(MlinfraError):
     """Base class of every error the tracking store raises on purpose."""
+
+
+class AuthenticationError(TrackingError):
+    """The tracking server found no valid token on the request: absent, unknown or revoked."""
+
+    def __init__(self, message: str = "no valid token: send 'Authorization: Bearer <token>' with a token "
+                                      "a store ADMIN created (mlinfra-lab track token create USER); "
+                                      "a revoked token is refused like an unknown one"):  # fmt: skip
+        super().__init__(message)
+
+
+class IdentityError(TrackingError, ValueError):
+    """A request through the tracking server that names a user: the server acts as the token's user."""
+
+    def __init__(self, named: str, token_user: str | None = None):
+        self.named = named
+        who = f" ({token_user!r})" if token_user else ""
+        super().__init__(f"the request names user {named!r}, but the server acts only as its token's user{who}; "
+                         "remove the user (or log in with that user's token)")
+
+
+class ServerUnavailable(TrackingError, ConnectionError):
+    """`TrackingClient` could not reach the tracking server, or lost the connection mid-request."""
 
 
 class NotFound(TrackingError, LookupError):

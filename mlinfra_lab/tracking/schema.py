@@ -43,7 +43,7 @@ from sqlalchemy import (
 __all__ = ["HOT_PARAMS", "metadata"] + [
     "projects", "principals", "team_members", "grants", "runs", "params", "metrics",
     "latest_metrics", "tags", "datasets", "artifacts", "lineage_edges", "audit_log", "pending_uploads",
-    "tombstones",
+    "tombstones", "api_tokens",
 ]  # fmt: skip
 
 # Params searched often enough to deserve a typed, indexed column on `runs`.
@@ -210,6 +210,20 @@ tombstones = Table(
     Column("size", Integer, nullable=False),
     Column("deleted_at", Float, nullable=False),
     Column("reason", String(50), nullable=False),  # "retention"
+)
+
+# Bearer tokens of the tracking server (`server.tokens`): only the sha256 of a token is kept.
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("principal_id", Integer, ForeignKey("principals.id", ondelete="CASCADE"), nullable=False),
+    Column("digest", String(64), nullable=False, unique=True),  # sha256 hex of the secret
+    Column("note", String(200)),
+    Column("created_at", Float, nullable=False),
+    Column("created_by", String(200), nullable=False),
+    Column("revoked_at", Float),  # NULL while the token is valid
+    Index(None, "principal_id"),
 )
 
 lineage_edges = Table(

@@ -1,0 +1,49 @@
+"""What every route of the tracking server depends on: the caller's identity, the store, JSON replies.
+
+Contract: `caller(request)` is the user of the request's bearer token (a FastAPI
+dependency; `AuthenticationError` without a valid token, `IdentityError` for a request
+that names a user in its query string); `store_of(request)` is the app's `TrackingStore`;
+`json_response(obj)` is a reply made by `wire.dumps`. `NO_USER` is the server's store's
+default user, a name no token can have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from mlinfra_lab.tracking.errors import AuthenticationError, IdentityError
+from mlinfra_lab.tracking.server import tokens, wire
+from mlinfra_lab.tracking.store import TrackingStore
+
+__all__ = ["NO_USER", "caller", "json_response", "store_of"]
+
+# The server's store has this default user, which no token can name (it is not printable):
+# a call that forgot ``user=`` acts as nobody instead of as someone.
+NO_USER = "\x00no-user"
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    return Response(wire.dumps(obj), status_code=status, media_type="application/json")
+
+
+def store_of(request: Request) -> TrackingStore:
+    return request.app.state.store
+
+
+def caller(request: Request) -> str:
+    """The user of the request's bearer token; `AuthenticationError` (401) without a valid one.
+
+    A request that names a user in its query string is refused (`IdentityError`, 400).
+    """
+    scheme, _, secret = request.headers.get("authorization", "").partition(" ")
+    store = store_of(request)
+    with store.engine.connect() as conn:
+        user = tokens.authenticate(conn, secret.strip()) if scheme.lower() == "bearer" else None
+    if user is None:
+        raise AuthenticationError()
+    if "user" in request.query_params:
+        raise IdentityError(request.query_params["user"], user)
+    return user

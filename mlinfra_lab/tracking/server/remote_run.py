@@ -1,0 +1,167 @@
+"""A run logged through the tracking server: the `Run` API, metrics buffered and sent in batches.
+
+Contract: a `RemoteRun` (from `TrackingClient.start_run`) has `Run`'s methods and
+behaviour: `log_metrics` appends to a buffer, `flush` sends the buffered points in one
+request (every `batch_size` points, at `flush()` and at `end()`), `log_params`,
+`set_tags` and `log_artifact` send one request each, `end(status)` sends the last batch
+with the status; used as a context manager it ends the run, FAILED if the block raised.
+
+Design decisions:
+- One POST per batch, not per point: a training loop that logs ten metrics per step pays
+  a few list appends per step and one round trip per `batch_size` points, which is where
+  the served path keeps the in-process store's ingest rate (MLflow's client sends one
+  request per `log_metric`, or per `log_batch` the user assembles by hand).
+- The buffer is emptied only after the server answered that the batch was written, so a
+  refused batch (a revoked grant) or a lost connection loses no point: `flush` again.
+  A batch the server wrote but whose answer was lost would be sent twice by a retry;
+  the history then holds the points twice, the latest values are unchanged.
+- Checks that need no server happen here first, with the store's own messages (a NaN
+  metric, a bad end status, a dangerous artifact name), so a mistake fails at the line
+  that made it, as in process.
+- The run talks through the client's `request` (`Transport`), and does not import the
+  client: the client depends on the run, not both ways.
+- The handle holds only the run's id: the server never trusts its project or name (it
+  re-reads the run's project for each write), so building a handle by hand gains nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from typing import Any, BinaryIO, Protocol
+
+from mlinfra_lab.tracking.artifacts import CHUNK, check_name
+from mlinfra_lab.tracking.errors import TrackingError
+from mlinfra_lab.tracking.records import ArtifactInfo
+from mlinfra_lab.tracking.run import RUN_STATUSES
+from mlinfra_lab.tracking.server import wire
+
+__all__ = ["RemoteRun", "Transport"]
+
+
+class Transport(Protocol):
+    """What a remote run sends its requests through: a `TrackingClient` is one (no import of it)."""
+
+    def request(self, method: str, path: str, body: Any = None, params: dict | None = None,
+                content: Any = None) -> Any: ...  # fmt: skip
+
+
+def _stream(source: bytes | str | os.PathLike | BinaryIO) -> bytes | Iterator[bytes]:
+    """The request body for `source`: bytes as they are, a path or a stream in `CHUNK` pieces."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        return bytes(source)
+
+    def chunks() -> Iterator[bytes]:
+        f = open(source, "rb") if isinstance(source, str | os.PathLike) else source  # noqa: SIM115
+        try:
+            yield from iter(lambda: f.read(CHUNK), b"")
+        finally:
+            if f is not source:
+                f.close()
+
+    return chunks()
+
+
+class RemoteRun:
+    """Handle of one run on a tracking server; created by `TrackingClient.start_run`."""
+
+    def __init__(self, client: Transport, run_id: int, project: str, name: str, user: str,
+                 batch_size: int = 1000):  # fmt: skip
+        self.client, self.id, self.project, self.name, self.user = client, run_id, project, name, user
+        self.batch_size = batch_size
+        self._buffer: list[tuple[int, dict[str, float]]] = []
+        self._points = 0
+        self._step = 0
+        self.ended = False
+        self.flushes = 0  # batches the server wrote
+
+    def __repr__(self) -> str:
+        return f"RemoteRun(id={self.id}, project={self.project!r}, name={self.name!r})"
+
+    def __enter__(self) -> RemoteRun:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self.ended:
+            self.end("FAILED" if exc_type else "FINISHED")
+
+    @property
+    def node(self) -> str:
+        return f"run:{self.id}"
+
+    def _check_open(self) -> None:
+        if self.ended:
+            raise TrackingError(f"run {self.id} has ended; start a new run to log more")
+
+    # -- metrics -------------------------------------------------------------------
+    def log_metric(self, key: str, value: float, step: int | None = None) -> None:
+        self.log_metrics({key: value}, step)
+
+    def log_metrics(self, values: dict[str, float], step: int | None = None) -> None:
+        """Buffer one point per key at `step` (default: one past the previous step)."""
+        self._check_open()
+        step = self._step if step is None else int(step)
+        self._step = step + 1
+        point = {}
+        for key, value in values.items():
+            v = float(value)
+            if math.isnan(v):
+                raise TrackingError(f"metric {key!r} is NaN at step {step}; log a number, and "
+                                    "record divergence as a tag (e.g. diverged=step)")  # fmt: skip
+            point[str(key)] = v
+        self._buffer.append((step, point))
+        self._points += len(point)
+        if self._points >= self.batch_size:
+            self.flush()
+
+    def flush(self) -> int:
+        """Send the buffered points in one request; return how many the server wrote.
+
+        The buffer is emptied only once the server answered: a refusal or a lost
+        connection leaves every point buffered for the next `flush`.
+        """
+        if not self._buffer:
+            return 0
+        sent = list(self._buffer)
+        self.client.request("POST", f"/runs/{self.id}/metrics", {"points": sent})
+        return self._written(sent)
+
+    def _written(self, sent: list[tuple[int, dict[str, float]]]) -> int:
+        del self._buffer[: len(sent)]
+        n = sum(len(p) for _, p in sent)
+        self._points -= n
+        self.flushes += bool(sent)
+        return n
+
+    # -- params, tags, artifacts ---------------------------------------------------
+    def log_params(self, params: dict[str, Any]) -> None:
+        self._check_open()
+        self.client.request("POST", f"/runs/{self.id}/params", {"params": params})
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        self._check_open()
+        self.client.request("POST", f"/runs/{self.id}/tags", {"tags": tags})
+
+    def log_artifact(self, source: bytes | str | os.PathLike | BinaryIO, name: str,
+                     kind: str = "other", step: int | None = None,
+                     pinned: bool = False) -> ArtifactInfo:  # fmt: skip
+        """Stream `source` (bytes, a file path or a binary stream) to the server as an artifact."""
+        self._check_open()
+        check_name(name)
+        params = {"name": name, "kind": kind, "pinned": str(bool(pinned)).lower()}
+        if step is not None:
+            params["step"] = int(step)
+        out = self.client.request("POST", f"/runs/{self.id}/artifacts", params=params, content=_stream(source))
+        return wire.artifact_info(out)
+
+    # -- end -----------------------------------------------------------------------
+    def end(self, status: str = "FINISHED") -> None:
+        """Send the last batch and mark the run ended with `status` (FINISHED, FAILED or KILLED)."""
+        if status not in RUN_STATUSES[1:]:
+            raise TrackingError(f"end status must be one of {RUN_STATUSES[1:]}, got {status!r}")
+        self._check_open()
+        sent = list(self._buffer)
+        self.client.request("POST", f"/runs/{self.id}/end", {"status": status, "points": sent})
+        self._written(sent)
+        self.ended = True
