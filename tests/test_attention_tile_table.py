@@ -82,3 +82,45 @@ def test_a_forced_tile_is_the_one_that_runs():
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     flash_attention(q, k, v)  # after the block: the usual (float32) tile again
     assert kernels()["fwd"].best_config.kwargs["BLOCK_M"] == 32
+
+
+def test_a_causal_tile_that_breaks_the_diagonal_loop_is_refused_by_the_kernel():
+    """The tile constraints live in the kernels (`tl.static_assert`): a causal forward tile
+    with BLOCK_M not a multiple of BLOCK_N fails with the constraint's text, never silently."""
+    from mlinfra_lab.attention.flash import flash_attention
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    q = torch.randn(1, 1, 64, 16, device=device)
+    with pytest.raises(Exception, match="BLOCK_M % BLOCK_N == 0"):  # noqa: PT011 (the
+        # interpreter wraps it in InterpreterError, the compiler in CompilationError)
+        with tile_table.force("fwd", {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4,
+                                      "num_stages": 1}):
+            flash_attention(q, q, q, causal=True)
+
+
+def test_restrict_needs_a_tile_and_restores_the_list():
+    from mlinfra_lab.attention._flash_kernels import kernels
+
+    before = list(kernels()["dq"].configs)
+    with pytest.raises(ValueError, match="at least one tile"):
+        with tile_table.restrict("dq", []):
+            pass
+    with tile_table.restrict("dq", [{"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4,
+                                     "num_stages": 1}]):
+        assert len(kernels()["dq"].configs) == 1
+    assert kernels()["dq"].configs == before
+
+
+def test_poisoned_buffers_start_as_nan_and_a_correct_kernel_overwrites_them():
+    from mlinfra_lab.attention import flash
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with flash.poisoned_buffers():
+        assert torch.isnan(flash._empty_like(torch.zeros(4, device=device))).all()
+        g = torch.Generator(device=device).manual_seed(1)
+        q, k, v = (torch.randn(1, 2, 37, 16, generator=g, device=device).requires_grad_()
+                   for _ in range(3))
+        out = flash.flash_attention(q, k, v, causal=True)
+        out.backward(torch.ones_like(out))
+    assert not any(torch.isnan(t).any() for t in (out, q.grad, k.grad, v.grad))
+    assert flash._POISON is False  # reset after the block

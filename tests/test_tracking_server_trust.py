@@ -212,3 +212,37 @@ def test_ids_you_cannot_see_get_one_answer_through_the_server(world):
             with pytest.raises(NotFoundOrDenied) as err:
                 call()
             assert err.value.project is None and not hasattr(err.value, "_audit_project")
+
+
+def test_oversized_and_unmeasured_bodies_are_refused_before_they_are_read(world):
+    """A hostile client cannot make the server hold a huge JSON body: over the cap (stated
+    length) or of no stated length (chunked) is a 413 `RequestTooLarge`, nothing is written;
+    an artifact upload, streamed to disk, is not capped; the honest run is unchanged."""
+    from mlinfra_lab.tracking import RequestTooLarge
+    from mlinfra_lab.tracking.server.limits import MAX_BODY_BYTES
+    from mlinfra_lab.tracking.server.wire import error_from_payload
+
+    w = world
+    before = snapshot(w)
+    run = w.client("mallory").start_run("mine", name="big")
+    huge = b'{"points": [' + b"[1, {}]," * (MAX_BODY_BYTES // 8) + b"[2, {}]]}"
+    reply = raw(w, "POST", f"/runs/{run.id}/metrics", content=huge,
+                headers={"content-type": "application/json"})
+    assert reply.status_code == 413
+    err = error_from_payload(reply.status_code, reply.json())
+    assert isinstance(err, RequestTooLarge) and "smaller batches" in str(err)
+
+    def chunks():
+        yield b'{"points": []}'
+
+    reply = raw(w, "POST", f"/runs/{run.id}/metrics", content=chunks(),
+                headers={"content-type": "application/json"})
+    assert reply.status_code == 413 and "no stated length" in reply.json()["message"]
+    assert w.store.metric_history(run.id, "acc", user="mallory") == []
+    big = bytes(range(256)) * (MAX_BODY_BYTES // 256 + 1000)  # over the cap: an artifact may be
+    info = run.log_artifact(big, "big.bin")
+    assert info.size == len(big)
+    run.log_metrics({"acc": 0.5}, step=1)
+    run.end()  # the normal path still fits
+    assert w.store.metric_history(run.id, "acc", user="mallory") == [(1, 0.5)]
+    assert snapshot(w) == before

@@ -67,6 +67,8 @@ def _fwd_kernel(Q, K, V, Out, LSE, n_q, n_k, qk_scale, stride_bh_q, stride_bh_k,
                 stride_n, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
                 BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 PRECISION: tl.constexpr):
+    if CAUSAL:  # the diagonal loop steps by BLOCK_N from a multiple of BLOCK_M
+        tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal tiles need BLOCK_M % BLOCK_N == 0")
     start_m = tl.program_id(0)
     off_bh = tl.program_id(1).to(tl.int64)
     q_base = Q + off_bh * stride_bh_q
@@ -135,6 +137,8 @@ def _fwd_inner_v2(acc, l_i, m_i, q, k_desc, v_desc, off_bh, offs_m, lo, hi, n_k,
 def _fwd_kernel_v2(Q, K, V, Out, LSE, n_q, n_k, qk_scale, CAUSAL: tl.constexpr,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+    if CAUSAL:  # the diagonal loop steps by BLOCK_N from a multiple of BLOCK_M
+        tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal tiles need BLOCK_M % BLOCK_N == 0")
     start_m = tl.program_id(0)
     off_bh = tl.program_id(1)
     n_bh = tl.num_programs(1)
@@ -235,6 +239,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, n_q, n_k, qk_scale, sm_sca
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      PRECISION: tl.constexpr):
+    if CAUSAL:  # the diagonal loop steps by BLOCK_M from a multiple of BLOCK_N
+        tl.static_assert(BLOCK_N % BLOCK_M == 0, "causal dK/dV tiles need BLOCK_N % BLOCK_M == 0")
     start_n = tl.program_id(0) * BLOCK_N
     off_bh = tl.program_id(1).to(tl.int64)
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -296,6 +302,8 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, n_q, n_k, qk_scale, sm_scale,
                    stride_bh_q, stride_bh_k, stride_n, CAUSAL: tl.constexpr,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+    if CAUSAL:  # the diagonal loop steps by BLOCK_N from a multiple of BLOCK_M
+        tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal tiles need BLOCK_M % BLOCK_N == 0")
     start_m = tl.program_id(0) * BLOCK_M
     off_bh = tl.program_id(1).to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -329,8 +337,9 @@ def configs() -> tuple[list[Any], list[Any], list[Any]]:
     On a GPU every list holds more than one config: Triton's autotuner calls the pruner
     (`_pruner`: float32's own tile, ``MLINFRA_ATTENTION_AUTOTUNE=0``) only then, and runs a
     lone config as it is, float32 included (a 128 x 64 IEEE tile took over 60 s to compile).
-    Constraints: forward and dQ need BLOCK_M % BLOCK_N == 0 (their diagonal loop steps by
-    BLOCK_N from a multiple of BLOCK_M); dK/dV needs BLOCK_N % BLOCK_M == 0.
+    Constraints (causal; each kernel states its own with ``tl.static_assert``): forward and dQ
+    need BLOCK_M % BLOCK_N == 0 (their diagonal loop steps by BLOCK_N from a multiple of
+    BLOCK_M); dK/dV needs BLOCK_N % BLOCK_M == 0.
     """
 
     def cfg(bm: int, bn: int, warps: int, stages: int) -> Any:

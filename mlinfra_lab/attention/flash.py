@@ -63,6 +63,8 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -71,7 +73,7 @@ from mlinfra_lab import runtime
 from mlinfra_lab.attention._checks import AttentionInputError, check_kernel_inputs
 
 __all__ = ["DEFAULT_VERSION", "KernelVersionWarning", "flash_attention", "flash_attention_lse",
-           "resolve_version"]
+           "poisoned_buffers", "resolve_version"]
 
 LOG2E = 1.4426950408889634
 DEFAULT_VERSION = 1  # the forward kernel used when neither the call nor the env picks one
@@ -114,6 +116,26 @@ def _batch_chunks(b: int, h: int) -> list[tuple[int, int]]:
     return [(s, min(b, s + per)) for s in range(0, b, per)]
 
 
+_POISON = False  # set by `poisoned_buffers`: launchers fill what they allocate with NaN
+
+
+@contextmanager
+def poisoned_buffers() -> Iterator[None]:
+    """Inside the block, every output and gradient buffer the launchers allocate starts as
+    NaN, so an element a kernel never writes shows up as NaN (a correctness check's tool)."""
+    global _POISON
+    saved, _POISON = _POISON, True
+    try:
+        yield
+    finally:
+        _POISON = saved
+
+
+def _empty_like(t: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(t)
+    return out.fill_(float("nan")) if _POISON else out
+
+
 class KernelVersionWarning(UserWarning):
     """The requested kernel version cannot run on these inputs; the other one ran instead."""
 
@@ -135,7 +157,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
     assert k.shape == v.shape == (b, h, n_k, d) and q.dtype == k.dtype == v.dtype
     assert not causal or n_q == n_k
-    o = torch.empty_like(q)
+    o = _empty_like(q)
     lse = torch.empty((b * h, n_q), device=q.device, dtype=torch.float32)
     common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype))
     for s, e in _batch_chunks(b, h):  # one launch unless batch x heads > MAX_GRID_ROWS
@@ -166,8 +188,8 @@ def _backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     do = do.contiguous()
     assert do.shape == o.shape and do.dtype == o.dtype
     kern = _kernels()
-    delta = torch.empty_like(lse)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    delta = _empty_like(lse)
+    dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
     common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype))
     args = (n_q, n_k, sm_scale * LOG2E, sm_scale, n_q * d, n_k * d, d)
     for s, e in _batch_chunks(b, h):  # one launch each unless batch x heads > MAX_GRID_ROWS

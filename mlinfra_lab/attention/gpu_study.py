@@ -10,9 +10,12 @@ widget calls); everything goes into one JSON file (and a table on stdout).
 Design decisions:
 - Correctness first: if any check fails, the timings are still taken but the result says
   so, and the exit code is 1.
-- One script, one call: the lease is short, so the autotune lists are cut to the two
-  forward configs that won (or came close) in the v1 sweep and to the backward winners;
-  both versions get the same list, so the comparison is fair.
+- One script, one call: the lease is short, so the kernels choose only among `STUDY_TILES`
+  (the two forward configs that won or came close in the v1 sweep, and the backward
+  winners; `tile_table.restrict`); both versions get the same list, so the comparison is fair.
+- Every launch goes through `flash_attention`, the launcher users call: the correctness
+  check's NaN-filled buffers come from `flash.poisoned_buffers`, the tile sweep pins each
+  tile with `tile_table.force` (`tiles.time_forward_tile`).
 - Rows in ``rows`` use the `bench` format (providers ``ours_v1``, ``ours_v2``,
   ``sdpa_flash``, ``sdpa_cudnn``), so `bench.format_table` and `bench.plot_results`
   read them. ``memory`` and ``tiles`` are separate sections.
@@ -46,20 +49,28 @@ CHECK_SHAPES = ((2, 4, 1000, 1000, 128, True), (1, 4, 300, 2048, 128, False),
                 (1, 2, 17, 17, 96, True))
 
 
-def _restrict_autotune() -> None:
-    """Cut the Hopper autotune lists (compile time is device time)."""
-    from mlinfra_lab.attention import _flash_kernels as fk
+# Tiles the study's runs choose from (compile time is device time): the two forward tiles
+# that won or came close in the v1 sweep, and each backward kernel's winner.
+STUDY_TILES = {
+    "fwd": [(128, 64, 8, 3), (128, 128, 8, 2)],
+    "fwd_v2": [(128, 64, 8, 3), (128, 128, 8, 2)],
+    "dkdv": [(64, 128, 8, 3)],
+    "dq": [(128, 64, 8, 3)],
+}
 
-    full = fk.configs
 
-    def restricted() -> tuple[list, list, list]:
-        fwd, dkdv, dq = full()
-        keep = [c for c in fwd if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
-                                   c.num_stages) in ((128, 64, 8, 3), (128, 128, 8, 2))]
-        return keep or fwd[:2], dkdv[1:2] or dkdv[:1], dq[1:2] or dq[:1]
+def _restricted() -> Any:
+    """All four kernels restricted to `STUDY_TILES` (`tile_table.restrict`), as one context."""
+    from contextlib import ExitStack
 
-    fk.configs = restricted
-    fk.kernels.cache_clear()
+    from mlinfra_lab.attention.tile_table import restrict
+
+    stack = ExitStack()
+    for kernel, tiles in STUDY_TILES.items():
+        stack.enter_context(restrict(kernel, [dict(zip(("BLOCK_M", "BLOCK_N", "num_warps",
+                                                        "num_stages"), t, strict=True))
+                                              for t in tiles]))
+    return stack
 
 
 def _rms(x: torch.Tensor) -> float:
@@ -77,20 +88,11 @@ def _grads(fn: Any, xs: tuple[torch.Tensor, ...], do: torch.Tensor, causal: bool
 def _poisoned_grads(version: int, xs: tuple[torch.Tensor, ...], do: torch.Tensor,
                     causal: bool) -> list[torch.Tensor]:
     """Our outputs and gradients with every buffer the launchers allocate set to NaN first."""
-    from mlinfra_lab.attention import flash_attention
+    from mlinfra_lab.attention.flash import flash_attention, poisoned_buffers
 
-    real = torch.empty_like
-
-    def poisoned(t: torch.Tensor, *a: Any, **kw: Any) -> torch.Tensor:
-        out = real(t, *a, **kw)
-        return out.fill_(float("nan")) if out.is_floating_point() else out
-
-    torch.empty_like = poisoned
-    try:
+    with poisoned_buffers():
         return _grads(lambda *x, causal: flash_attention(*x, causal=causal, version=version),
                       xs, do, causal)
-    finally:
-        torch.empty_like = real
 
 
 def _correctness() -> list[dict[str, Any]]:
@@ -288,10 +290,15 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("gpu_study needs a CUDA GPU", file=sys.stderr)
         return 2
+    with _restricted():
+        return _study(args)
+
+
+def _study(args: argparse.Namespace) -> int:
+    """Every section, in order, written after each (a cut-short run keeps what it measured)."""
     from mlinfra_lab import runtime
     from mlinfra_lab.attention import bench
 
-    _restrict_autotune()
     result: dict[str, Any] = {"benchmark": "attention-study",
                               "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     info = runtime.describe().as_dict()

@@ -4,7 +4,8 @@ Contract: `lookup(kernel, gpu, dtype, head_dim, causal, seq)` returns the tile
 (``{"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}``) that repeated measurements chose for
 this kernel (``fwd``, ``dkdv`` or ``dq``) on this GPU, or None when no entry fits; the
 kernels' pruner then autotunes as before. `force(kernel, tile)` pins a tile for timing it
-(used by `tile_sweep`, which writes the table).
+(used by `tile_sweep`, which writes the table, and by `tiles.time_forward_tile`);
+`restrict(kernel, tiles)` shortens the search to a few (`gpu_study`).
 
 Design decisions:
 - Keyed by (GPU name, dtype, head dim, causal, sequence-length bucket): what changes the
@@ -30,7 +31,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TABLE_PATH", "force", "load_table", "lookup"]
+__all__ = ["TABLE_PATH", "force", "load_table", "lookup", "restrict"]
 
 TABLE_PATH = Path(__file__).with_name("tile_table.json")
 
@@ -59,21 +60,31 @@ def lookup(kernel: str, gpu: str, dtype: str, head_dim: int, causal: bool, seq: 
 
 
 @contextmanager
-def force(kernel: str, tile: dict[str, int]) -> Iterator[None]:
-    """Run `kernel` with `tile` inside the block: its autotuner's list becomes that one tile
-    (a lone config runs as it is: no pruner, no search) and its cache is cleared on entry
-    and exit, so the tile is used and no later call inherits it."""
+def restrict(kernel: str, tiles: list[dict[str, int]]) -> Iterator[None]:
+    """Inside the block, `kernel`'s autotuner chooses among `tiles` only (one tile: it just
+    runs, with no pruner and no search); its cache is cleared on entry and exit, so the
+    tiles are used and no later call inherits their choice."""
     import triton
 
     from mlinfra_lab.attention._flash_kernels import kernels
 
+    if not tiles:
+        raise ValueError(f"restrict({kernel!r}, []) needs at least one tile")
     tuner = kernels()[kernel]
     saved = tuner.configs
-    tuner.configs = [triton.Config({"BLOCK_M": tile["BLOCK_M"], "BLOCK_N": tile["BLOCK_N"]},
-                                   num_warps=tile["num_warps"], num_stages=tile["num_stages"])]
+    tuner.configs = [triton.Config({"BLOCK_M": t["BLOCK_M"], "BLOCK_N": t["BLOCK_N"]},
+                                   num_warps=t["num_warps"], num_stages=t["num_stages"])
+                     for t in tiles]
     tuner.cache.clear()
     try:
         yield
     finally:
         tuner.configs = saved
         tuner.cache.clear()
+
+
+@contextmanager
+def force(kernel: str, tile: dict[str, int]) -> Iterator[None]:
+    """Run `kernel` with `tile` inside the block (`restrict` to that one tile)."""
+    with restrict(kernel, [tile]):
+        yield

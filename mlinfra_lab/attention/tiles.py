@@ -1,7 +1,7 @@
 """Time the forward kernel at one tile config you choose, bypassing the autotuner.
 
 Contract: ``time_forward_tile(block_m, block_n, num_warps, num_stages, ...)`` compiles and
-launches the forward kernel (v1 or v2) with exactly that ``(BLOCK_M, BLOCK_N)`` tile,
+runs the forward kernel (v1 or v2) with exactly that ``(BLOCK_M, BLOCK_N)`` tile,
 warp count and pipeline depth on random bf16 inputs (fp16 on GPUs without bf16, such as
 Colab's T4), times it with
 `triton.testing.do_bench` (median) and returns a `TileTiming`: milliseconds, TFLOP/s and
@@ -10,10 +10,10 @@ run (too much shared memory, too many registers, a compile error) comes back as 
 `TileTiming` with ``error`` set, not as an exception, so a sweep or a widget keeps going.
 
 Design decisions:
-- One launch path: `gpu_study`'s tile sweep calls this function, and so does the chapter's
-  live widget, so the committed sweep and what a reader measures use the same code.
-- The output buffer is filled with NaN before the first launch, so an element the kernel
-  never writes shows up as a NaN difference (``max_abs_diff`` is then ``nan``).
+- One launch path: the tile is pinned with `tile_table.force` and the kernel launched by
+  `flash_attention` itself, the launcher every user calls (grid, batch chunks, strides);
+  `gpu_study`'s tile sweep, the chapter's live widget and `tile_sweep` all time it that way,
+  so the committed sweeps and what a reader measures run the same code.
 - Inputs are validated before anything touches the GPU (`TileConfigError`, a
   `ValueError`): tiles are powers of two from 16 (the Tensor Core K dimension) to 256;
   causal tiles need ``block_m % block_n == 0`` (the diagonal loop steps by ``BLOCK_N`` from
@@ -136,33 +136,25 @@ def time_forward_tile(block_m: int, block_n: int, num_warps: int = 8, num_stages
             ", or read the committed H200 sweep with gpu_study.committed_study()")
     from triton.testing import do_bench
 
-    from mlinfra_lab.attention import _flash_kernels as fk
-    from mlinfra_lab.attention.flash import LOG2E, _block_d, _cdiv
+    from mlinfra_lab.attention.flash import flash_attention
+    from mlinfra_lab.attention.tile_table import force
     from mlinfra_lab.attention.traffic import attention_flops
 
     b, h, n, d = batch, heads, seq, head_dim
     q, k, v, ref = _inputs(b, h, n, d, causal)
-    o = torch.full_like(q, float("nan"))
-    lse = torch.empty((b * h, n), device="cuda", dtype=torch.float32)
-    extra = (n * d, n * d, d) if version == 1 else ()
-    kern = fk._fwd_kernel if version == 1 else fk._fwd_kernel_v2
-    if version == 2:
-        fk.set_descriptor_allocator()
-    meta = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=block_m,
-                BLOCK_N=block_n, PRECISION="tf32", num_warps=num_warps, num_stages=num_stages)
-    grid = (_cdiv(n, block_m), b * h)
+    tile = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps,
+            "num_stages": num_stages}
     base = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                 batch=b, heads=h, seq=n, head_dim=d, causal=causal, version=version,
                 dtype=str(q.dtype).removeprefix("torch."))
 
-    def call() -> None:
-        kern[grid](q, k, v, o, lse, n, n, d**-0.5 * LOG2E, *extra, **meta)
+    def call() -> torch.Tensor:
+        return flash_attention(q, k, v, causal=causal, version=version)
 
     try:
-        call()
-        torch.cuda.synchronize()
-        diff = (o.float() - ref.float()).abs().max().item()
-        ms = float(do_bench(call, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+        with force("fwd" if version == 1 else "fwd_v2", tile):
+            diff = (call().float() - ref.float()).abs().max().item()
+            ms = float(do_bench(call, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
     except Exception as err:  # noqa: BLE001 (out of resources, compile errors: report them)
         return TileTiming(**base, error=f"{type(err).__name__}: "
                           + (str(err).splitlines() or [""])[0][:200])

@@ -38,6 +38,7 @@ _EXPORTS = {
     "ArtifactNameError": "errors", "AuthenticationError": "errors", "IdentityError": "errors",
     "IntegrityError": "errors", "NotFound": "errors",
     "NotFoundOrDenied": "errors", "PermissionDenied": "errors", "QueryError": "errors", "TrackingError": "errors",
+    "RequestTooLarge": "errors",
     "ServerUnavailable": "errors",
     "LineageGraph": "lineage",
     "compile_filter": "query",
@@ -71,6 +72,7 @@ __all__ = [
     "RetentionRule",
     "Run",
     "RunInfo",
+    "RequestTooLarge",
     "ServerUnavailable",
     "TrackingError",
     "TrackingClient",
@@ -105,6 +107,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the eager imports
         NotFoundOrDenied,
         PermissionDenied,
         QueryError,
+        RequestTooLarge,
         ServerUnavailable,
         TrackingError,
     )

@@ -39,6 +39,7 @@ __all__ = [
     "NotFoundOrDenied",
     "PermissionDenied",
     "QueryError",
+    "RequestTooLarge",
     "ServerUnavailable",
     "TrackingError",
 ]
@@ -65,6 +66,10 @@ class IdentityError(TrackingError, ValueError):
         who = f" ({token_user!r})" if token_user else ""
         super().__init__(f"the request names user {named!r}, but the server acts only as its token's user{who}; "
                          "remove the user (or log in with that user's token)")
+
+
+class RequestTooLarge(TrackingError, ValueError):
+    """A request to the tracking server whose body is over its limit, or of unstated length."""
 
 
 class ServerUnavailable(TrackingError, ConnectionError):

@@ -46,6 +46,7 @@ from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.artifacts import BlobStore, check_name
 from mlinfra_lab.tracking.audit import audited_transact
 from mlinfra_lab.tracking.errors import TrackingError
+from mlinfra_lab.tracking.handle import RunHandle
 from mlinfra_lab.tracking.records import ArtifactInfo
 
 __all__ = ["RUN_STATUSES", "Run", "RunBackend"]
@@ -60,45 +61,20 @@ class RunBackend(Protocol):
     blobs: BlobStore
 
 
-class Run:
+class Run(RunHandle):
     """Handle of one run; created by `TrackingStore.start_run`, not directly."""
 
     def __init__(self, store: RunBackend, run_id: int, project: str, name: str, user: str,
                  batch_size: int = 1000):  # fmt: skip
-        self.store, self.id, self.project, self.name, self.user = store, run_id, project, name, user
-        self.batch_size = batch_size
+        super().__init__(run_id, project, name, user, batch_size)
+        self.store = store
         self._buffer: list[dict[str, Any]] = []
-        self._step = 0
-        self.ended = False
-        self.flushes = 0  # number of batches written (the benchmark reports it)
-
-    def __repr__(self) -> str:
-        return f"Run(id={self.id}, project={self.project!r}, name={self.name!r})"
-
-    def __enter__(self) -> Run:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if not self.ended:
-            self.end("FAILED" if exc_type else "FINISHED")
-
-    @property
-    def node(self) -> str:
-        return f"run:{self.id}"
-
-    def _check_open(self) -> None:
-        if self.ended:
-            raise TrackingError(f"run {self.id} has ended; start a new run to log more")
 
     # -- metrics -------------------------------------------------------------------
-    def log_metric(self, key: str, value: float, step: int | None = None) -> None:
-        self.log_metrics({key: value}, step)
-
     def log_metrics(self, values: dict[str, float], step: int | None = None) -> None:
         """Buffer one point per key at `step` (default: one past the previous step)."""
         self._check_open()
-        step = self._step if step is None else int(step)
-        self._step = step + 1
+        step = self._next_step(step)
         now = time.time()
         for key, value in values.items():
             v = float(value)

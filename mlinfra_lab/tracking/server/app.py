@@ -25,6 +25,8 @@ Design decisions:
   the one async handler, so that it can hand the request's byte stream to the store as a
   file (`routes_artifacts`). Replies are JSON bytes made by `wire.dumps`, not FastAPI's
   generic encoder, which costs more than the query for a page of 100 runs.
+- A request body is capped before it is read (`limits.BodyLimit`: a stated length of at most
+  `MAX_BODY_BYTES`; artifact uploads, streamed to disk, are exempt).
 - What a caller could use to reach outside the store is closed (`routes_maintenance`): a policy's
   `cold_root` and `gc`'s extra roots must be the server's own cold root (`cold_root`),
   since the server's file-system rights are not the caller's.
@@ -51,6 +53,7 @@ from mlinfra_lab.tracking.server import (
     wire,
 )
 from mlinfra_lab.tracking.server.deps import NO_USER, caller, json_response
+from mlinfra_lab.tracking.server.limits import MAX_BODY_BYTES, BodyLimit
 from mlinfra_lab.tracking.store import TrackingStore
 
 __all__ = ["create_app"]
@@ -72,10 +75,11 @@ def _invalid(request: Request, err: RequestValidationError) -> Response:
 
 
 def create_app(store: TrackingStore | str, artifact_root: str | None = None, cold_root: str | None = None,
-               **store_kwargs: Any) -> FastAPI:  # fmt: skip
+               max_body_bytes: int = MAX_BODY_BYTES, **store_kwargs: Any) -> FastAPI:  # fmt: skip
     """The server's app over `store` (or over a store opened on database URL `store` and
     `artifact_root`, with `store_kwargs` such as ``cache_dir``). `cold_root` is the only
-    cold tier a retention policy or `gc` sent through the server may name."""
+    cold tier a retention policy or `gc` sent through the server may name; a request body
+    (artifact uploads aside) may hold at most `max_body_bytes` (`limits.BodyLimit`)."""
     if isinstance(store, str):
         if artifact_root is None:
             raise TrackingError("create_app(db_url, ...) needs artifact_root as well")
@@ -96,4 +100,5 @@ def create_app(store: TrackingStore | str, artifact_root: str | None = None, col
 
     for module in (routes_runs, routes_artifacts, routes_access, routes_maintenance):
         app.include_router(module.router, prefix="/api", dependencies=[Depends(caller)])
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app

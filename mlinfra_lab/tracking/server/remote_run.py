@@ -33,6 +33,7 @@ from typing import Any, BinaryIO, Protocol
 
 from mlinfra_lab.tracking.artifacts import CHUNK, check_name
 from mlinfra_lab.tracking.errors import TrackingError
+from mlinfra_lab.tracking.handle import RunHandle
 from mlinfra_lab.tracking.records import ArtifactInfo
 from mlinfra_lab.tracking.run import RUN_STATUSES
 from mlinfra_lab.tracking.server import wire
@@ -63,46 +64,21 @@ def _stream(source: bytes | str | os.PathLike | BinaryIO) -> bytes | Iterator[by
     return chunks()
 
 
-class RemoteRun:
+class RemoteRun(RunHandle):
     """Handle of one run on a tracking server; created by `TrackingClient.start_run`."""
 
     def __init__(self, client: Transport, run_id: int, project: str, name: str, user: str,
                  batch_size: int = 1000):  # fmt: skip
-        self.client, self.id, self.project, self.name, self.user = client, run_id, project, name, user
-        self.batch_size = batch_size
+        super().__init__(run_id, project, name, user, batch_size)
+        self.client = client
         self._buffer: list[tuple[int, dict[str, float]]] = []
         self._points = 0
-        self._step = 0
-        self.ended = False
-        self.flushes = 0  # batches the server wrote
-
-    def __repr__(self) -> str:
-        return f"RemoteRun(id={self.id}, project={self.project!r}, name={self.name!r})"
-
-    def __enter__(self) -> RemoteRun:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if not self.ended:
-            self.end("FAILED" if exc_type else "FINISHED")
-
-    @property
-    def node(self) -> str:
-        return f"run:{self.id}"
-
-    def _check_open(self) -> None:
-        if self.ended:
-            raise TrackingError(f"run {self.id} has ended; start a new run to log more")
 
     # -- metrics -------------------------------------------------------------------
-    def log_metric(self, key: str, value: float, step: int | None = None) -> None:
-        self.log_metrics({key: value}, step)
-
     def log_metrics(self, values: dict[str, float], step: int | None = None) -> None:
         """Buffer one point per key at `step` (default: one past the previous step)."""
         self._check_open()
-        step = self._step if step is None else int(step)
-        self._step = step + 1
+        step = self._next_step(step)
         point = {}
         for key, value in values.items():
             v = float(value)

@@ -43,6 +43,7 @@ __all__ = ["artifact_info", "dataset_ref", "dumps", "error_from_payload", "error
 
 _STATUS: tuple[tuple[type[TrackingError], int], ...] = (  # first match wins: subclasses first
     (errors.AuthenticationError, 401),
+    (errors.RequestTooLarge, 413),
     (errors.NotFoundOrDenied, 404),
     (errors.PermissionDenied, 403),
     (errors.NotFound, 404),
