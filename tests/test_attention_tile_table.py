@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from mlinfra_lab.attention import tile_sweep, tile_table
+from mlinfra_lab.attention import pinning, tile_sweep, tile_table
 
 pytestmark = pytest.mark.attention
 
@@ -75,7 +75,7 @@ def test_a_forced_tile_is_the_one_that_runs():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator(device=device).manual_seed(0)
     q, k, v = (torch.randn(1, 1, 40, 16, generator=g, device=device) for _ in range(3))
-    with tile_table.force("fwd", tile):
+    with pinning.force("fwd", tile):
         out = flash_attention(q, k, v)
         assert kernels()["fwd"].best_config.kwargs["BLOCK_M"] == 16
     ref = torch.softmax(q @ k.transpose(-1, -2) / 4, -1) @ v
@@ -93,7 +93,7 @@ def test_a_causal_tile_that_breaks_the_diagonal_loop_is_refused_by_the_kernel():
     q = torch.randn(1, 1, 64, 16, device=device)
     with pytest.raises(Exception, match="BLOCK_M % BLOCK_N == 0"):  # noqa: PT011 (the
         # interpreter wraps it in InterpreterError, the compiler in CompilationError)
-        with tile_table.force("fwd", {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4,
+        with pinning.force("fwd", {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4,
                                       "num_stages": 1}):
             flash_attention(q, q, q, causal=True)
 
@@ -103,9 +103,9 @@ def test_restrict_needs_a_tile_and_restores_the_list():
 
     before = list(kernels()["dq"].configs)
     with pytest.raises(ValueError, match="at least one tile"):
-        with tile_table.restrict("dq", []):
+        with pinning.restrict("dq", []):
             pass
-    with tile_table.restrict("dq", [{"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4,
+    with pinning.restrict("dq", [{"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4,
                                      "num_stages": 1}]):
         assert len(kernels()["dq"].configs) == 1
     assert kernels()["dq"].configs == before

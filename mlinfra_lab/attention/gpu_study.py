@@ -12,10 +12,10 @@ Design decisions:
   so, and the exit code is 1.
 - One script, one call: the lease is short, so the kernels choose only among `STUDY_TILES`
   (the two forward configs that won or came close in the v1 sweep, and the backward
-  winners; `tile_table.restrict`); both versions get the same list, so the comparison is fair.
+  winners; `pinning.restrict`); both versions get the same list, so the comparison is fair.
 - Every launch goes through `flash_attention`, the launcher users call: the correctness
   check's NaN-filled buffers come from `flash.poisoned_buffers`, the tile sweep pins each
-  tile with `tile_table.force` (`tiles.time_forward_tile`).
+  tile with `pinning.force` (`tiles.time_forward_tile`).
 - Rows in ``rows`` use the `bench` format (providers ``ours_v1``, ``ours_v2``,
   ``sdpa_flash``, ``sdpa_cudnn``), so `bench.format_table` and `bench.plot_results`
   read them. ``memory`` and ``tiles`` are separate sections.
@@ -60,10 +60,10 @@ STUDY_TILES = {
 
 
 def _restricted() -> Any:
-    """All four kernels restricted to `STUDY_TILES` (`tile_table.restrict`), as one context."""
+    """All four kernels restricted to `STUDY_TILES` (`pinning.restrict`), as one context."""
     from contextlib import ExitStack
 
-    from mlinfra_lab.attention.tile_table import restrict
+    from mlinfra_lab.attention.pinning import restrict
 
     stack = ExitStack()
     for kernel, tiles in STUDY_TILES.items():

@@ -24,21 +24,27 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from mlinfra_lab.attention.traffic import attention_flops
 
-if TYPE_CHECKING:
-    from mlinfra_lab.attention.bench import BenchConfig
-
-__all__ = ["PROVIDERS", "VERSION_PROVIDERS", "measure", "time_ms"]
+__all__ = ["PROVIDERS", "VERSION_PROVIDERS", "TimingConfig", "measure", "time_ms"]
 
 PROVIDERS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "eager")
 VERSION_PROVIDERS = ("ours_v1", "ours_v2")  # one forward kernel version each (for A/B runs)
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
+
+
+class TimingConfig(Protocol):
+    """What timing needs of a sweep's settings (`bench.BenchConfig` is one)."""
+
+    dtype: str
+    warmup_ms: int
+    rep_ms: int
+    repeats: int
 
 
 def _flex_fn(n: int, causal: bool, device: str) -> Attention:
@@ -85,7 +91,7 @@ def _provider_fn(name: str, n: int, causal: bool, device: str) -> Attention:
     return call
 
 
-def time_ms(fn: Callable[[], Any], cfg: BenchConfig, grad_to_none: list | None = None) -> float:
+def time_ms(fn: Callable[[], Any], cfg: TimingConfig, grad_to_none: list | None = None) -> float:
     """Median milliseconds of ``fn()``: do_bench on the GPU, wall-clock repeats on the CPU."""
     if torch.cuda.is_available():
         from triton.testing import do_bench
@@ -105,7 +111,7 @@ def _error_text(err: BaseException) -> str:
     return str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
 
 
-def measure(name: str, shape: tuple, cfg: BenchConfig, device: str) -> list[dict[str, Any]]:
+def measure(name: str, shape: tuple, cfg: TimingConfig, device: str) -> list[dict[str, Any]]:
     """The ``fwd`` and ``bwd`` rows of provider `name` on one shape (see the module doc);
     each times ``cfg.repeats`` medians (``ms_runs``) and reports their median as ``ms``.
     A mode the provider cannot run here (FlexAttention's backward on a CPU) gets its error."""

@@ -7,7 +7,7 @@ times each, and writes the table that `tile_table.lookup` reads: per shape and k
 tile with the lowest median, with every candidate's timings beside it.
 
 Design decisions:
-- Each tile is pinned with `tile_table.force` and timed through the public launchers
+- Each tile is pinned with `pinning.force` and timed through the public launchers
   (`flash_attention` forward; the whole backward for dK/dV and dQ, the other kernel pinned
   to its list's first tile), so what is timed is what a user runs.
 - Candidates are timed round-robin within each repeat (tile A, B, C, then A, B, C again):
@@ -55,7 +55,7 @@ def _timer(kernel: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: t
 def _shape_entries(gpu: str, dtype: torch.dtype, b: int, h: int, n: int, d: int, causal: bool,
                    repeats: int, rep_ms: int) -> list[dict[str, Any]]:
     from mlinfra_lab.attention._flash_kernels import configs
-    from mlinfra_lab.attention.tile_table import force
+    from mlinfra_lab.attention.pinning import force
 
     device = runtime.device()
     g = torch.Generator(device=device).manual_seed(n + d)

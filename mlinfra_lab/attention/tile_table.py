@@ -3,9 +3,7 @@
 Contract: `lookup(kernel, gpu, dtype, head_dim, causal, seq)` returns the tile
 (``{"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}``) that repeated measurements chose for
 this kernel (``fwd``, ``dkdv`` or ``dq``) on this GPU, or None when no entry fits; the
-kernels' pruner then autotunes as before. `force(kernel, tile)` pins a tile for timing it
-(used by `tile_sweep`, which writes the table, and by `tiles.time_forward_tile`);
-`restrict(kernel, tiles)` shortens the search to a few (`gpu_study`).
+kernels' pruner then autotunes as before. Pinning a tile to time it is `pinning`'s job.
 
 Design decisions:
 - Keyed by (GPU name, dtype, head dim, causal, sequence-length bucket): what changes the
@@ -15,9 +13,8 @@ Design decisions:
   device, versions and date of the sweep that wrote it and, per entry, every candidate's
   median times, so a reader can see how close the runner-up was.
 - ``MLINFRA_ATTENTION_TILE_TABLE=0`` ignores the table (autotune everywhere).
-- `force` swaps the autotuner's list for the one tile and clears its cache (which otherwise
-  keeps its first choice per shape for the life of the process): the sweep times exactly
-  that tile, through the same launchers a user calls.
+- This module reads data only (the kernels' pruner imports it); `pinning` changes the
+  kernels' lists, so the two stay apart and neither imports the other's importer.
 """
 
 from __future__ import annotations
@@ -25,13 +22,11 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TABLE_PATH", "force", "load_table", "lookup", "restrict"]
+__all__ = ["TABLE_PATH", "load_table", "lookup"]
 
 TABLE_PATH = Path(__file__).with_name("tile_table.json")
 
@@ -57,34 +52,3 @@ def lookup(kernel: str, gpu: str, dtype: str, head_dim: int, causal: bool, seq: 
     if abs(math.log2(nearest["seq"]) - math.log2(seq)) > 1:
         return None
     return dict(nearest["tile"])
-
-
-@contextmanager
-def restrict(kernel: str, tiles: list[dict[str, int]]) -> Iterator[None]:
-    """Inside the block, `kernel`'s autotuner chooses among `tiles` only (one tile: it just
-    runs, with no pruner and no search); its cache is cleared on entry and exit, so the
-    tiles are used and no later call inherits their choice."""
-    import triton
-
-    from mlinfra_lab.attention._flash_kernels import kernels
-
-    if not tiles:
-        raise ValueError(f"restrict({kernel!r}, []) needs at least one tile")
-    tuner = kernels()[kernel]
-    saved = tuner.configs
-    tuner.configs = [triton.Config({"BLOCK_M": t["BLOCK_M"], "BLOCK_N": t["BLOCK_N"]},
-                                   num_warps=t["num_warps"], num_stages=t["num_stages"])
-                     for t in tiles]
-    tuner.cache.clear()
-    try:
-        yield
-    finally:
-        tuner.configs = saved
-        tuner.cache.clear()
-
-
-@contextmanager
-def force(kernel: str, tile: dict[str, int]) -> Iterator[None]:
-    """Run `kernel` with `tile` inside the block (`restrict` to that one tile)."""
-    with restrict(kernel, [tile]):
-        yield

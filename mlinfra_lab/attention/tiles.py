@@ -10,7 +10,7 @@ run (too much shared memory, too many registers, a compile error) comes back as 
 `TileTiming` with ``error`` set, not as an exception, so a sweep or a widget keeps going.
 
 Design decisions:
-- One launch path: the tile is pinned with `tile_table.force` and the kernel launched by
+- One launch path: the tile is pinned with `pinning.force` and the kernel launched by
   `flash_attention` itself, the launcher every user calls (grid, batch chunks, strides);
   `gpu_study`'s tile sweep, the chapter's live widget and `tile_sweep` all time it that way,
   so the committed sweeps and what a reader measures run the same code.
@@ -137,7 +137,7 @@ def time_forward_tile(block_m: int, block_n: int, num_warps: int = 8, num_stages
     from triton.testing import do_bench
 
     from mlinfra_lab.attention.flash import flash_attention
-    from mlinfra_lab.attention.tile_table import force
+    from mlinfra_lab.attention.pinning import force
     from mlinfra_lab.attention.traffic import attention_flops
 
     b, h, n, d = batch, heads, seq, head_dim
