@@ -38,6 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 WARMUP = REPO / "labs" / "00_warmup.ipynb"
 FULL = {"stable_softmax": 2, "logsumexp": 2, "log_softmax": 3}
 ZERO = {"stable_softmax": 0, "logsumexp": 0, "log_softmax": 0}
+# a naive softmax and log-sum-exp fail their graders; log_softmax, graded with the reference
+# log-sum-exp (graders do not cascade), keeps its points
+NAIVE_TWO = {"stable_softmax": 0, "logsumexp": 0, "log_softmax": 3}
 TOKEN = f"mlinfra-daemon-{os.getpid()}"
 
 NAIVE_SOFTMAX = """def stable_softmax(x, axis=-1):
@@ -195,7 +198,7 @@ def test_the_honest_neighbour_keeps_full_marks(graded):
 @pytest.mark.parametrize("student", ["custom_exc", "silenced", "patched"])
 def test_hiding_or_faking_a_failure_scores_zero(graded, student):
     rows = graded["rows"][student]
-    assert _points(rows) == ZERO, rows  # log_softmax uses the wrong logsumexp
+    assert _points(rows) == NAIVE_TWO, rows
     assert "overflows" in rows["stable_softmax"]["message"] or \
         "AssertionError" in rows["stable_softmax"]["message"]
 
