@@ -131,8 +131,20 @@ def run_hogwild(
     procs, receivers = [], []
     for r in range(workers):
         receive, send = ctx.Pipe(duplex=False)
-        args = (r, send, problem, theta, version, lock, staleness, who, updates, lr, seed,
-                sleeps[r])
+        args = (
+            r,
+            send,
+            problem,
+            theta,
+            version,
+            lock,
+            staleness,
+            who,
+            updates,
+            lr,
+            seed,
+            sleeps[r],
+        )
         procs.append(ctx.Process(target=_worker, args=args, daemon=True))
         procs[-1].start()
         send.close()  # the child holds its own end; EOF reaches us when it exits
@@ -167,7 +179,7 @@ def run_hogwild(
 
 
 def _default_start_method() -> str:
-    """"fork" where available and safe (no CUDA context in this process), else "spawn"."""
+    """ "fork" where available and safe (no CUDA context in this process), else "spawn"."""
     cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
     return "fork" if "fork" in mp.get_all_start_methods() and not cuda_live else "spawn"
 

@@ -63,10 +63,24 @@ from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import NotFound, NotFoundOrDenied, PermissionDenied, TrackingError
 from mlinfra_lab.tracking.writing import insert_ignoring_conflicts
 
-__all__ = ["Level", "add_member", "create_project", "effective_level", "ensure_principal",
-           "find_project", "is_store_admin", "project_id", "require", "require_artifact",
-           "require_run", "require_store_admin", "set_grant", "set_store_admin", "viewer",
-           "visible_project_ids"]  # fmt: skip
+__all__ = [
+    "Level",
+    "add_member",
+    "create_project",
+    "effective_level",
+    "ensure_principal",
+    "find_project",
+    "is_store_admin",
+    "project_id",
+    "require",
+    "require_artifact",
+    "require_run",
+    "require_store_admin",
+    "set_grant",
+    "set_store_admin",
+    "viewer",
+    "visible_project_ids",
+]
 
 
 class Level(enum.IntEnum):
@@ -127,7 +141,9 @@ def _statements() -> dict[str, Any]:
 
 def effective_level(conn: Connection, project_id: int, user: str) -> Level:
     """Highest level `user` holds on the project, directly or through a team (NONE if none)."""
-    return Level(conn.execute(_statements()["level"], {"pid": project_id, "user": user}).scalar() or 0)
+    return Level(
+        conn.execute(_statements()["level"], {"pid": project_id, "user": user}).scalar() or 0
+    )
 
 
 def visible_project_ids(conn: Connection, user: str, at_least: Level = Level.VIEW) -> list[int]:
@@ -163,12 +179,14 @@ def create_project(conn: Connection, name: str, creator: str) -> int | None:
     """Insert project `name` with `creator` as its ADMIN; its id, or None when it exists
     (a concurrent transaction may have created it since the caller looked)."""
     ins = insert_ignoring_conflicts(conn.dialect.name, S.projects)
-    pid = conn.execute(ins.values(name=name, created_at=time.time())
-                       .returning(S.projects.c.id)).scalar()  # fmt: skip
+    pid = conn.execute(
+        ins.values(name=name, created_at=time.time()).returning(S.projects.c.id)
+    ).scalar()
     if pid is not None:
         uid = ensure_principal(conn, creator)
-        conn.execute(S.grants.insert().values(project_id=pid, principal_id=uid,
-                                              level=int(Level.ADMIN)))  # fmt: skip
+        conn.execute(
+            S.grants.insert().values(project_id=pid, principal_id=uid, level=int(Level.ADMIN))
+        )
     return pid
 
 
@@ -196,7 +214,9 @@ def _require_in(conn: Connection, found, target: str, user: str, needed: Level, 
     """`found` (a row with project_id and project) if `user` holds `needed` there; else raise."""
     level = Level.NONE if found is None else effective_level(conn, found.project_id, user)
     if level < Level.VIEW:  # missing, or invisible: the same answer
-        raise NotFoundOrDenied(user, target, action, audit_project=None if found is None else found.project)
+        raise NotFoundOrDenied(
+            user, target, action, audit_project=None if found is None else found.project
+        )
     if level < needed:
         raise PermissionDenied(user, found.project, needed.name, action)
     return found
@@ -209,17 +229,23 @@ def require_run(conn: Connection, run_id: int, user: str, needed: Level, action:
     `user`, `PermissionDenied` when `user` sees it but lacks `needed`.
     """
     r, p = S.runs, S.projects
-    found = conn.execute(select(r.c.project_id, p.c.name.label("project")).join(p, p.c.id == r.c.project_id)
-                         .where(r.c.id == run_id)).first()  # fmt: skip
+    found = conn.execute(
+        select(r.c.project_id, p.c.name.label("project"))
+        .join(p, p.c.id == r.c.project_id)
+        .where(r.c.id == run_id)
+    ).first()
     return _require_in(conn, found, f"run:{run_id}", user, needed, action)
 
 
 def require_artifact(conn: Connection, artifact_id: int, user: str, needed: Level, action: str):
     """Row (uri, sha256, run_id, project_id, project) of an artifact if `user` holds `needed`."""
     a, r, p = S.artifacts, S.runs, S.projects
-    found = conn.execute(select(a.c.uri, a.c.sha256, a.c.run_id, r.c.project_id, p.c.name.label("project"))
-                         .join(r, r.c.id == a.c.run_id).join(p, p.c.id == r.c.project_id)
-                         .where(a.c.id == artifact_id)).first()  # fmt: skip
+    found = conn.execute(
+        select(a.c.uri, a.c.sha256, a.c.run_id, r.c.project_id, p.c.name.label("project"))
+        .join(r, r.c.id == a.c.run_id)
+        .join(p, p.c.id == r.c.project_id)
+        .where(a.c.id == artifact_id)
+    ).first()
     return _require_in(conn, found, f"artifact:{artifact_id}", user, needed, action)
 
 
@@ -230,8 +256,11 @@ def is_store_admin(conn: Connection, user: str) -> bool:
     """
     p = S.principals
     first = select(func.min(p.c.id)).where(p.c.kind == "user").scalar_subquery()
-    row = conn.execute(select(p.c.id, p.c.store_admin, first.label("first"))
-                       .where(p.c.name == user, p.c.kind == "user")).first()  # fmt: skip
+    row = conn.execute(
+        select(p.c.id, p.c.store_admin, first.label("first")).where(
+            p.c.name == user, p.c.kind == "user"
+        )
+    ).first()
     if row is None:
         return conn.execute(select(first)).scalar() is None
     return bool(row.store_admin) or row.id == row.first
@@ -246,10 +275,15 @@ def require_store_admin(conn: Connection, user: str, action: str, scope: str = "
 def set_store_admin(conn: Connection, principal: str, admin: bool) -> None:
     """Make user `principal` a store ADMIN (or not); the caller has checked that a store ADMIN
     asks (`require_store_admin`)."""
-    pid = conn.execute(select(S.principals.c.id).where(S.principals.c.name == principal,
-                                                        S.principals.c.kind == "user")).scalar()  # fmt: skip
+    pid = conn.execute(
+        select(S.principals.c.id).where(
+            S.principals.c.name == principal, S.principals.c.kind == "user"
+        )
+    ).scalar()
     if pid is None:
-        raise NotFound(f"no user named {principal!r}; a user is registered by a grant or by their first project")
+        raise NotFound(
+            f"no user named {principal!r}; a user is registered by a grant or by their first project"
+        )
     conn.execute(update(S.principals).where(S.principals.c.id == pid).values(store_admin=admin))
 
 
@@ -258,10 +292,16 @@ def add_member(conn: Connection, team: str, member: str) -> None:
     asks (`require_store_admin`, scope ``team:TEAM``)."""
     tid = ensure_principal(conn, team, "team")  # refuses a name that is a user's
     mid = ensure_principal(conn, member, "user")  # refuses a team as a member
-    conn.execute(insert_ignoring_conflicts(conn.dialect.name, S.team_members).values(team_id=tid, user_id=mid))
+    conn.execute(
+        insert_ignoring_conflicts(conn.dialect.name, S.team_members).values(
+            team_id=tid, user_id=mid
+        )
+    )
 
 
-def set_grant(conn: Connection, project_id: int, principal: str, level: Level, kind: str | None = None) -> bool:
+def set_grant(
+    conn: Connection, project_id: int, principal: str, level: Level, kind: str | None = None
+) -> bool:
     """Give `principal` `level` on the project (NONE revokes); False when there was nothing to do.
 
     An unknown name is registered as a user (never as a team), unless ``kind="team"``,
@@ -275,7 +315,9 @@ def set_grant(conn: Connection, project_id: int, principal: str, level: Level, k
         if level == Level.NONE:
             return False  # nothing to revoke
         if kind == "team":
-            raise NotFound(f"no team named {principal!r}; a store ADMIN creates it with add_to_team")
+            raise NotFound(
+                f"no team named {principal!r}; a store ADMIN creates it with add_to_team"
+            )
         prid = ensure_principal(conn, principal, "user")
     elif kind is not None and row.kind != kind:
         raise TrackingError(f"{principal!r} is a {row.kind}, not a {kind}; check the name")

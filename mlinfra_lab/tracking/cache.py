@@ -91,8 +91,9 @@ class ArtifactCache:
     def __contains__(self, sha256: str) -> bool:
         return sha256 in self._lru
 
-    def open(self, sha256: str, fetch: Callable[[], BinaryIO],
-             artifact_id: int | None = None) -> BinaryIO:  # fmt: skip
+    def open(
+        self, sha256: str, fetch: Callable[[], BinaryIO], artifact_id: int | None = None
+    ) -> BinaryIO:
         """An open binary file of the verified blob `sha256`; `fetch` opens it in the store
         on a miss. Raises `IntegrityError` when the cached or fetched bytes do not match."""
         path = self.dir / sha256

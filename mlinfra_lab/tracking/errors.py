@@ -52,9 +52,12 @@ class TrackingError(MlinfraError):
 class AuthenticationError(TrackingError):
     """The tracking server found no valid token on the request: absent, unknown or revoked."""
 
-    def __init__(self, message: str = "no valid token: send 'Authorization: Bearer <token>' with a token "
-                                      "a store ADMIN created (mlinfra-lab track token create USER); "
-                                      "a revoked token is refused like an unknown one"):  # fmt: skip
+    def __init__(
+        self,
+        message: str = "no valid token: send 'Authorization: Bearer <token>' with a token "
+        "a store ADMIN created (mlinfra-lab track token create USER); "
+        "a revoked token is refused like an unknown one",
+    ):
         super().__init__(message)
 
 
@@ -64,8 +67,10 @@ class IdentityError(TrackingError, ValueError):
     def __init__(self, named: str, token_user: str | None = None):
         self.named = named
         who = f" ({token_user!r})" if token_user else ""
-        super().__init__(f"the request names user {named!r}, but the server acts only as its token's user{who}; "
-                         "remove the user (or log in with that user's token)")
+        super().__init__(
+            f"the request names user {named!r}, but the server acts only as its token's user{who}; "
+            "remove the user (or log in with that user's token)"
+        )
 
 
 class RequestTooLarge(TrackingError, ValueError):
@@ -94,8 +99,10 @@ class DatabaseError(TrackingError):
     def __init__(self, what: str, driver_error: str, sqlstate: str | None, wrote: bool):
         self.what, self.driver_error, self.sqlstate = what, driver_error, sqlstate
         done = "it was rolled back and nothing was written" if wrote else "nothing was changed"
-        super().__init__(f"the database failed while {what} ({driver_error}, SQLSTATE {sqlstate or 'unknown'}); "
-                         f"{done}. Retry; if it persists, the server's log has the statement")
+        super().__init__(
+            f"the database failed while {what} ({driver_error}, SQLSTATE {sqlstate or 'unknown'}); "
+            f"{done}. Retry; if it persists, the server's log has the statement"
+        )
 
 
 class IntegrityError(TrackingError):
@@ -118,12 +125,16 @@ class IntegrityError(TrackingError):
 class PermissionDenied(TrackingError, PermissionError):
     """The principal lacks the grant an operation needs; the message names that grant."""
 
-    def __init__(self, principal: str, project: str, needed: str, action: str, scope: str | None = None):
+    def __init__(
+        self, principal: str, project: str, needed: str, action: str, scope: str | None = None
+    ):
         self.principal, self.project, self.needed, self.action = principal, project, needed, action
         self.scope = scope or f"project:{project}"
         if self.scope != f"project:{project}":  # a store-wide or team operation
-            super().__init__(f"{principal!r} may not {action}: needs {needed} ({self.scope}); "
-                             "ask a store ADMIN (see TrackingStore.set_store_admin)")
+            super().__init__(
+                f"{principal!r} may not {action}: needs {needed} ({self.scope}); "
+                "ask a store ADMIN (see TrackingStore.set_store_admin)"
+            )
             return
         super().__init__(
             f"{principal!r} may not {action} in project {project!r}: needs grant {needed} "
@@ -143,8 +154,11 @@ class NotFoundOrDenied(PermissionDenied, NotFound):
     def __init__(self, principal: str, target: str, action: str, audit_project: str | None = None):
         self.principal, self.project, self.needed, self.action = principal, None, "VIEW", action
         self.scope, self._audit_project = target, audit_project
-        Exception.__init__(self, f"{target} not found, or {principal!r} may not {action} there; check the "
-                                 "id, or ask an ADMIN of its project for a grant")
+        Exception.__init__(
+            self,
+            f"{target} not found, or {principal!r} may not {action} there; check the "
+            "id, or ask an ADMIN of its project for a grant",
+        )
 
 
 class QueryError(TrackingError, ValueError):
@@ -153,6 +167,10 @@ class QueryError(TrackingError, ValueError):
     def __init__(self, message: str, text: str, position: int):
         self.reason, self.text, self.position = message, text, position
         start = max(0, position - 60)  # a long filter is shown as a window around the position
-        shown = ("..." if start else "") + text[start:position + 60] + ("..." if len(text) > position + 60 else "")
+        shown = (
+            ("..." if start else "")
+            + text[start : position + 60]
+            + ("..." if len(text) > position + 60 else "")
+        )
         caret = " " * (position - start + (3 if start else 0)) + "^"
         super().__init__(f"{message} at character {position}:\n  {shown}\n  {caret}")

@@ -51,11 +51,17 @@ __all__ = ["ArtifactInfo", "DatasetRef", "GcReport", "RunInfo", "TrackingStore"]
 class TrackingStore:
     """Metadata in SQL (SQLite by default, PostgreSQL by URL), artifacts in fsspec storage."""
 
-    def __init__(self, db_url: str = "sqlite:///mlinfra-tracking.db",
-                 artifact_root: str = "mlinfra-artifacts",
-                 cache_dir: str | os.PathLike | None = None, cache_bytes: int = 1 << 30,
-                 default_user: str | None = None, batch_size: int = 1000,
-                 migrate_schema: bool = True, search_timeout_s: float = 10.0):  # fmt: skip
+    def __init__(
+        self,
+        db_url: str = "sqlite:///mlinfra-tracking.db",
+        artifact_root: str = "mlinfra-artifacts",
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int = 1 << 30,
+        default_user: str | None = None,
+        batch_size: int = 1000,
+        migrate_schema: bool = True,
+        search_timeout_s: float = 10.0,
+    ):
         self.db_url, self.artifact_root = db_url, to_url(artifact_root)
         self.engine = make_engine(db_url)
         if migrate_schema:
@@ -99,13 +105,20 @@ class TrackingStore:
         """Add user `member` to `team` (created if new); needs store ADMIN (see `access`)."""
         user = self._user(user)
         with audit.audited_write(self.engine) as conn:
-            access.require_store_admin(conn, user, f"add members to team {team!r}",
-                                       scope=f"team:{team}")  # fmt: skip
+            access.require_store_admin(
+                conn, user, f"add members to team {team!r}", scope=f"team:{team}"
+            )
             access.add_member(conn, team, member)
             audit.record(conn, user, "add_to_team", None, f"team:{team}+{member}", True)
 
-    def grant(self, project: str, principal: str, level: Level | str, user: str | None = None,
-              kind: str | None = None) -> None:  # fmt: skip
+    def grant(
+        self,
+        project: str,
+        principal: str,
+        level: Level | str,
+        user: str | None = None,
+        kind: str | None = None,
+    ) -> None:
         """Give `principal` `level` on `project` (NONE revokes); needs ADMIN. `principal` is a
         user, a team, or a new name, which becomes a user (never a team; see `access` on name
         squatting); ``kind="user"``/``"team"`` refuses the other kind, ``"team"`` a new name."""
@@ -134,19 +147,32 @@ class TrackingStore:
             return access.effective_level(conn, pid, principal or user) if pid else Level.NONE
 
     # -- datasets and runs: writing and reading --------------------------------------
-    def register_dataset(self, project: str, name: str, version: str, uri: str,
-                         sha256: str | None = None,
-                         user: str | None = None) -> DatasetRef:  # fmt: skip
+    def register_dataset(
+        self,
+        project: str,
+        name: str,
+        version: str,
+        uri: str,
+        sha256: str | None = None,
+        user: str | None = None,
+    ) -> DatasetRef:
         """Record an immutable dataset version (by reference) for runs' inputs; needs WRITE."""
         with audit.audited_write(self.engine) as conn:
             pid = access.require(conn, project, self._user(user), Level.WRITE, "register datasets")
             did = writing.register_dataset(conn, pid, name, version, uri, sha256)
         return DatasetRef(did, project, name, version, uri, sha256)
 
-    def start_run(self, project: str, name: str | None = None, params: dict | None = None,
-                  tags: dict | None = None, code_commit: str | None = None,
-                  inputs: Iterable[DatasetRef | ArtifactInfo | str] = (), user: str | None = None,
-                  start_time: float | None = None) -> Run:  # fmt: skip
+    def start_run(
+        self,
+        project: str,
+        name: str | None = None,
+        params: dict | None = None,
+        tags: dict | None = None,
+        code_commit: str | None = None,
+        inputs: Iterable[DatasetRef | ArtifactInfo | str] = (),
+        user: str | None = None,
+        start_time: float | None = None,
+    ) -> Run:
         """Start a run in `project` (created, with you as ADMIN, if new; else needs WRITE)."""
         user = self._user(user)
         if project not in self._known_projects:
@@ -162,8 +188,9 @@ class TrackingStore:
             for n in nodes:  # each input must exist and be visible: one answer for both
                 lineage.require_visible(conn, n, user, "use it as an input", allow_deleted=False)
             created = time.time() if start_time is None else float(start_time)
-            run_id = writing.insert_run(conn, pid, name, user, code_commit, created, params or {},
-                                        tags or {}, nodes)  # fmt: skip
+            run_id = writing.insert_run(
+                conn, pid, name, user, code_commit, created, params or {}, tags or {}, nodes
+            )
         return Run(self, run_id, project, name, user, self.batch_size)
 
     def get_run(self, run_id: int, user: str | None = None) -> RunInfo:
@@ -172,16 +199,22 @@ class TrackingStore:
             found = access.require_run(conn, run_id, self._user(user), Level.VIEW, "view runs")
             return reading.run_info(conn, run_id, found.project_id, found.project)
 
-    def metric_history(self, run_id: int, key: str,
-                       user: str | None = None) -> list[tuple[int, float]]:  # fmt: skip
+    def metric_history(
+        self, run_id: int, key: str, user: str | None = None
+    ) -> list[tuple[int, float]]:
         """Every (step, value) point of one metric of one run, by step; needs VIEW."""
         with audit.audited_read(self.engine) as conn:
             access.require_run(conn, run_id, self._user(user), Level.VIEW, "view metrics")
             return reading.metric_history(conn, run_id, key)
 
-    def search_runs(self, project: str | Sequence[str] | None, filter: str | None = None,
-                    order_by: str | None = None, limit: int = 100,
-                    user: str | None = None) -> list[RunInfo]:  # fmt: skip
+    def search_runs(
+        self,
+        project: str | Sequence[str] | None,
+        filter: str | None = None,
+        order_by: str | None = None,
+        limit: int = 100,
+        user: str | None = None,
+    ) -> list[RunInfo]:
         """Runs matching `filter` (see `query`), newest first unless `order_by`; needs VIEW on
         `project` (a name or a list of names; None: every project you can view). Answered
         from the indexed tables only; the artifact store is never touched."""
@@ -189,15 +222,21 @@ class TrackingStore:
             pids = self._searched(conn, project, self._user(user))
             return reading.search(conn, pids, filter, order_by, limit, self.search_timeout_s)
 
-    def explain_search(self, project: str, filter: str | None = None, order_by: str | None = None,
-                       user: str | None = None) -> list[str]:  # fmt: skip
+    def explain_search(
+        self,
+        project: str,
+        filter: str | None = None,
+        order_by: str | None = None,
+        user: str | None = None,
+    ) -> list[str]:
         """The database's plan for a search (EXPLAIN QUERY PLAN / EXPLAIN), one line a step."""
         with audit.audited_read(self.engine) as conn:
             pids = self._searched(conn, project, self._user(user))
             return reading.explain_search(conn, pids, filter, order_by, self.search_timeout_s)
 
-    def _searched(self, conn: Connection, project: str | Sequence[str] | None,
-                  user: str) -> list[int]:  # fmt: skip
+    def _searched(
+        self, conn: Connection, project: str | Sequence[str] | None, user: str
+    ) -> list[int]:
         """Ids of the projects searched: those named (each needs VIEW), or all `user` may VIEW."""
         if project is None:
             return access.visible_project_ids(conn, user)
@@ -219,8 +258,9 @@ class TrackingStore:
         `IntegrityError` when the bytes do not hash to the sha256 recorded at upload."""
         user = self._user(user)
         with audit.audited_read(self.engine) as conn:
-            row = access.require_artifact(conn, artifact_id, user, Level.READ_ARTIFACTS,
-                                          "download artifacts")  # fmt: skip
+            row = access.require_artifact(
+                conn, artifact_id, user, Level.READ_ARTIFACTS, "download artifacts"
+            )
         audit.log(self.engine, user, "download", row.project, f"artifact:{artifact_id}", True)
         if self.cache is None:
             self.uncached_reads += 1
@@ -234,16 +274,21 @@ class TrackingStore:
     def pin_artifact(self, artifact_id: int, pinned: bool = True, user: str | None = None) -> None:
         """Pin (promote) an artifact so retention never touches it; needs WRITE."""
         with audit.audited_write(self.engine) as conn:
-            access.require_artifact(conn, artifact_id, self._user(user), Level.WRITE,
-                                    "pin artifacts")  # fmt: skip
+            access.require_artifact(
+                conn, artifact_id, self._user(user), Level.WRITE, "pin artifacts"
+            )
             uploads.set_pinned(conn, artifact_id, pinned)
 
     def cache_stats(self) -> CacheStats | None:
         return None if self.cache is None else self.cache.stats()
 
-    def lineage(self, node: str | RunInfo | Run | ArtifactInfo | DatasetRef,
-                direction: str = "forward", depth: int | None = None,
-                user: str | None = None) -> lineage.LineageGraph:  # fmt: skip
+    def lineage(
+        self,
+        node: str | RunInfo | Run | ArtifactInfo | DatasetRef,
+        direction: str = "forward",
+        depth: int | None = None,
+        user: str | None = None,
+    ) -> lineage.LineageGraph:
         """Nodes reachable from `node` forward (what used it) or backward (what made it); needs
         VIEW on its project. The walk leaves out, and never passes, projects you cannot view."""
         user = self._user(user)
@@ -253,8 +298,13 @@ class TrackingStore:
             return lineage.walk(conn, start, direction, depth, access.viewer(conn, user))
 
     # -- retention, garbage collection, audit, counts --------------------------------
-    def apply_retention(self, policy: RetentionPolicy, now: float | None = None,
-                        dry_run: bool = True, user: str | None = None) -> RetentionPlan:
+    def apply_retention(
+        self,
+        policy: RetentionPolicy,
+        now: float | None = None,
+        dry_run: bool = True,
+        user: str | None = None,
+    ) -> RetentionPlan:
         """Plan retention over the projects you ADMIN; unless `dry_run`, carry out that plan.
         Deleting removes artifact rows (their lineage edges stay, see `maintenance`); the
         bytes are freed by `gc`, because a blob may be shared by several rows."""
@@ -265,9 +315,14 @@ class TrackingStore:
             plan = plan_retention(policy, maintenance.artifact_records(conn, pids), now)
         return plan if dry_run else maintenance.execute_plan(self.engine, plan, user, audit.record)
 
-    def gc(self, grace_seconds: float = 3600.0, dry_run: bool = False,
-           extra_roots: Sequence[str] = (), user: str | None = None,
-           stale_upload_seconds: float = 3600.0) -> GcReport:  # fmt: skip
+    def gc(
+        self,
+        grace_seconds: float = 3600.0,
+        dry_run: bool = False,
+        extra_roots: Sequence[str] = (),
+        user: str | None = None,
+        stale_upload_seconds: float = 3600.0,
+    ) -> GcReport:
         """Delete blobs no artifact row references, older than the grace period; needs store
         ADMIN (blobs are shared across projects). Uploads in flight are safe at any grace
         (`uploads`); pending records and ``tmp/`` files older than `stale_upload_seconds`
@@ -275,11 +330,20 @@ class TrackingStore:
         user = self._user(user)
         with audit.audited_read(self.engine, "collecting garbage") as conn:
             access.require_store_admin(conn, user, "garbage-collect blobs")
-        return maintenance.collect_garbage(self.engine, self.blobs, grace_seconds, dry_run,
-                                           extra_roots, user, stale_upload_seconds, audit.record)
+        return maintenance.collect_garbage(
+            self.engine,
+            self.blobs,
+            grace_seconds,
+            dry_run,
+            extra_roots,
+            user,
+            stale_upload_seconds,
+            audit.record,
+        )
 
-    def audit_log(self, project: str | None, limit: int = 100,
-                  user: str | None = None) -> list[dict]:  # fmt: skip
+    def audit_log(
+        self, project: str | None, limit: int = 100, user: str | None = None
+    ) -> list[dict]:
         """The latest audit records of `project` (needs ADMIN), or with None the store-wide ones
         (gc, counts, teams; needs store ADMIN)."""
         user = self._user(user)
