@@ -6,8 +6,11 @@ user directly or through any team they belong to (0 when none); `require(...)`,
 caller may not see, `NotFoundOrDenied`) and are called inside the transaction that then
 reads or writes, so a check and its write see the same grants; `create_project` (which
 makes its creator ADMIN), `set_grant` and `add_member` are the only writers of projects,
-grants and teams. The SQL of projects, principals, teams and grants is all here; the
-decision of who may call these writers is the store's (`TrackingStore` checks first).
+grants and teams; `searched_project_ids(...)` checks which projects a search covers. The
+SQL of projects, principals, teams and grants is all here; the decision of who may call
+these writers is the store's: `StoreAccess`, mixed into `TrackingStore`, holds the store's
+methods over them (`create_project`, `add_to_team`, `grant`, `set_store_admin`, `level`),
+each of which checks first, in an audited transaction (`audit`).
 
 Design decisions:
 - Levels are ordered, each implying the ones below it:
@@ -54,17 +57,19 @@ from __future__ import annotations
 import enum
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, func, select, union_all, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, select, union_all, update
 
+from mlinfra_lab.tracking import audit
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import NotFound, NotFoundOrDenied, PermissionDenied, TrackingError
 from mlinfra_lab.tracking.writing import insert_ignoring_conflicts
 
 __all__ = [
     "Level",
+    "StoreAccess",
     "add_member",
     "create_project",
     "effective_level",
@@ -76,6 +81,7 @@ __all__ = [
     "require_artifact",
     "require_run",
     "require_store_admin",
+    "searched_project_ids",
     "set_grant",
     "set_store_admin",
     "viewer",
@@ -156,6 +162,17 @@ def visible_project_ids(conn: Connection, user: str, at_least: Level = Level.VIE
         .having(func.max(S.grants.c.level) >= int(at_least))
     )
     return [r[0] for r in conn.execute(q)]
+
+
+def searched_project_ids(
+    conn: Connection, project: str | Sequence[str] | None, user: str
+) -> list[int]:
+    """Ids of the projects a search covers: those named (each needs VIEW), or with None all
+    that `user` may VIEW."""
+    if project is None:
+        return visible_project_ids(conn, user)
+    projects = [project] if isinstance(project, str) else list(project)
+    return [require(conn, p, user, Level.VIEW, "search runs") for p in projects]
 
 
 def viewer(conn: Connection, user: str) -> Callable[[int], bool]:
@@ -328,3 +345,72 @@ def set_grant(
     if level > Level.NONE:
         conn.execute(g.insert().values(project_id=project_id, principal_id=prid, level=int(level)))
     return True
+
+
+class StoreAccess:
+    """`TrackingStore`'s methods on projects, teams and grants (a mixin; see the module doc).
+
+    Each opens an audited transaction, checks there who may call (`require*`), then calls
+    this module's function of the same name (a method's own name is not in scope in its body).
+    """
+
+    engine: Engine
+    default_user: str
+
+    def _user(self, user: str | None) -> str:
+        """Who a call acts as: `user`, or the store's `default_user` when None."""
+        return user or self.default_user
+
+    def create_project(self, name: str, user: str | None = None) -> int:
+        """Create project `name` (its creator becomes ADMIN); return its id. Idempotent."""
+        user = self._user(user)
+        with audit.audited_write(self.engine) as conn:
+            if find_project(conn, name) is None:
+                pid = create_project(conn, name, user)  # None: another was quicker
+                if pid is not None:
+                    audit.record(conn, user, "create_project", name, None, True)
+                    return pid
+            return require(conn, name, user, Level.VIEW, "see")  # it exists: need VIEW
+
+    def add_to_team(self, team: str, member: str, user: str | None = None) -> None:
+        """Add user `member` to `team` (created if new); needs store ADMIN (see `access`)."""
+        user = self._user(user)
+        with audit.audited_write(self.engine) as conn:
+            require_store_admin(conn, user, f"add members to team {team!r}", scope=f"team:{team}")
+            add_member(conn, team, member)
+            audit.record(conn, user, "add_to_team", None, f"team:{team}+{member}", True)
+
+    def grant(
+        self,
+        project: str,
+        principal: str,
+        level: Level | str,
+        user: str | None = None,
+        kind: str | None = None,
+    ) -> None:
+        """Give `principal` `level` on `project` (NONE revokes); needs ADMIN. `principal` is a
+        user, a team, or a new name, which becomes a user (never a team; see `access` on name
+        squatting); ``kind="user"``/``"team"`` refuses the other kind, ``"team"`` a new name."""
+        user, level = self._user(user), Level.parse(level)
+        with audit.audited_write(self.engine) as conn:
+            pid = require(conn, project, user, Level.ADMIN, "grant access")
+            set_grant(conn, pid, principal, level, kind)
+            audit.record(conn, user, f"grant {level.name}", project, principal, True)
+
+    def set_store_admin(self, principal: str, admin: bool = True, user: str | None = None) -> None:
+        """Make user `principal` a store ADMIN (gc, counts, teams) or not; needs store ADMIN."""
+        user = self._user(user)
+        with audit.audited_write(self.engine) as conn:
+            require_store_admin(conn, user, f"make {principal!r} a store ADMIN")
+            set_store_admin(conn, principal, admin)
+            audit.record(conn, user, f"store admin {admin}", None, principal, True)
+
+    def level(self, project: str, user: str | None = None, principal: str | None = None) -> Level:
+        """The effective level of the caller (or of `principal`) on `project`; NONE if none.
+        Your own needs no grant (NONE also where no project); another's needs ADMIN."""
+        user = self._user(user)
+        with audit.audited_read(self.engine) as conn:
+            if principal is not None and principal != user:
+                require(conn, project, user, Level.ADMIN, f"see the level of {principal}")
+            pid = find_project(conn, project)
+            return effective_level(conn, pid, principal or user) if pid else Level.NONE

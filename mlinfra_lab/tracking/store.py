@@ -21,6 +21,8 @@ Design decisions:
   `Run` re-checks its own writes), then calls the module that owns the SQL: projects, teams,
   grants in `access`; datasets, runs, params, tags in `writing`; reads, search, counts in
   `reading`; artifact rows in `uploads`; `audit`, `lineage`, `maintenance`. No SQL here.
+  The methods on projects, teams and grants are `access.StoreAccess`'s (a mixin), so that
+  this file keeps to runs, artifacts, lineage and maintenance.
 - No module calls back into the store (no import cycle): `Run` and `maintenance` are given
   the engine and the blob store (and an audit function) instead.
 """
@@ -34,10 +36,8 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import BinaryIO
 
-from sqlalchemy import Connection
-
 from mlinfra_lab.tracking import access, audit, lineage, maintenance, reading, uploads, writing
-from mlinfra_lab.tracking.access import Level
+from mlinfra_lab.tracking.access import Level, StoreAccess
 from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url, verified_copy
 from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
 from mlinfra_lab.tracking.db import make_engine, migrate
@@ -48,7 +48,7 @@ from mlinfra_lab.tracking.run import Run
 __all__ = ["ArtifactInfo", "DatasetRef", "GcReport", "RunInfo", "TrackingStore"]
 
 
-class TrackingStore:
+class TrackingStore(StoreAccess):
     """Metadata in SQL (SQLite by default, PostgreSQL by URL), artifacts in fsspec storage."""
 
     def __init__(
@@ -85,66 +85,6 @@ class TrackingStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def _user(self, user: str | None) -> str:
-        return user or self.default_user
-
-    # -- projects, teams, grants ---------------------------------------------------
-    def create_project(self, name: str, user: str | None = None) -> int:
-        """Create project `name` (its creator becomes ADMIN); return its id. Idempotent."""
-        user = self._user(user)
-        with audit.audited_write(self.engine) as conn:
-            if access.find_project(conn, name) is None:
-                pid = access.create_project(conn, name, user)  # None: another was quicker
-                if pid is not None:
-                    audit.record(conn, user, "create_project", name, None, True)
-                    return pid
-            return access.require(conn, name, user, Level.VIEW, "see")  # it exists: need VIEW
-
-    def add_to_team(self, team: str, member: str, user: str | None = None) -> None:
-        """Add user `member` to `team` (created if new); needs store ADMIN (see `access`)."""
-        user = self._user(user)
-        with audit.audited_write(self.engine) as conn:
-            access.require_store_admin(
-                conn, user, f"add members to team {team!r}", scope=f"team:{team}"
-            )
-            access.add_member(conn, team, member)
-            audit.record(conn, user, "add_to_team", None, f"team:{team}+{member}", True)
-
-    def grant(
-        self,
-        project: str,
-        principal: str,
-        level: Level | str,
-        user: str | None = None,
-        kind: str | None = None,
-    ) -> None:
-        """Give `principal` `level` on `project` (NONE revokes); needs ADMIN. `principal` is a
-        user, a team, or a new name, which becomes a user (never a team; see `access` on name
-        squatting); ``kind="user"``/``"team"`` refuses the other kind, ``"team"`` a new name."""
-        user, level = self._user(user), Level.parse(level)
-        with audit.audited_write(self.engine) as conn:
-            pid = access.require(conn, project, user, Level.ADMIN, "grant access")
-            access.set_grant(conn, pid, principal, level, kind)
-            audit.record(conn, user, f"grant {level.name}", project, principal, True)
-
-    def set_store_admin(self, principal: str, admin: bool = True, user: str | None = None) -> None:
-        """Make user `principal` a store ADMIN (gc, counts, teams) or not; needs store ADMIN."""
-        user = self._user(user)
-        with audit.audited_write(self.engine) as conn:
-            access.require_store_admin(conn, user, f"make {principal!r} a store ADMIN")
-            access.set_store_admin(conn, principal, admin)
-            audit.record(conn, user, f"store admin {admin}", None, principal, True)
-
-    def level(self, project: str, user: str | None = None, principal: str | None = None) -> Level:
-        """The effective level of the caller (or of `principal`) on `project`; NONE if none.
-        Your own needs no grant (NONE also where no project); another's needs ADMIN."""
-        user = self._user(user)
-        with audit.audited_read(self.engine) as conn:
-            if principal is not None and principal != user:
-                access.require(conn, project, user, Level.ADMIN, f"see the level of {principal}")
-            pid = access.find_project(conn, project)
-            return access.effective_level(conn, pid, principal or user) if pid else Level.NONE
 
     # -- datasets and runs: writing and reading --------------------------------------
     def register_dataset(
@@ -219,7 +159,7 @@ class TrackingStore:
         `project` (a name or a list of names; None: every project you can view). Answered
         from the indexed tables only; the artifact store is never touched."""
         with audit.audited_read(self.engine) as conn:
-            pids = self._searched(conn, project, self._user(user))
+            pids = access.searched_project_ids(conn, project, self._user(user))
             return reading.search(conn, pids, filter, order_by, limit, self.search_timeout_s)
 
     def explain_search(
@@ -231,17 +171,8 @@ class TrackingStore:
     ) -> list[str]:
         """The database's plan for a search (EXPLAIN QUERY PLAN / EXPLAIN), one line a step."""
         with audit.audited_read(self.engine) as conn:
-            pids = self._searched(conn, project, self._user(user))
+            pids = access.searched_project_ids(conn, project, self._user(user))
             return reading.explain_search(conn, pids, filter, order_by, self.search_timeout_s)
-
-    def _searched(
-        self, conn: Connection, project: str | Sequence[str] | None, user: str
-    ) -> list[int]:
-        """Ids of the projects searched: those named (each needs VIEW), or all `user` may VIEW."""
-        if project is None:
-            return access.visible_project_ids(conn, user)
-        projects = [project] if isinstance(project, str) else list(project)
-        return [access.require(conn, p, user, Level.VIEW, "search runs") for p in projects]
 
     # -- artifacts and lineage ------------------------------------------------------
     def list_artifacts(self, run_id: int, user: str | None = None) -> list[ArtifactInfo]:
@@ -313,7 +244,7 @@ class TrackingStore:
         with audit.audited_read(self.engine) as conn:
             pids = access.visible_project_ids(conn, user, Level.ADMIN)
             plan = plan_retention(policy, maintenance.artifact_records(conn, pids), now)
-        return plan if dry_run else maintenance.execute_plan(self.engine, plan, user, audit.record)
+        return plan if dry_run else maintenance.execute_plan(self.engine, plan, user)
 
     def gc(
         self,
@@ -338,7 +269,6 @@ class TrackingStore:
             extra_roots,
             user,
             stale_upload_seconds,
-            audit.record,
         )
 
     def audit_log(
