@@ -164,12 +164,12 @@ def page_problems(browser, base_url: str, html_root: Path, page_path: str) -> li
     if (ROOT / "_vendor" / "widgets").exists() and "widget-state+json" in html:
         try:
             page.wait_for_selector(".jupyter-widgets", timeout=15_000)
-        except Exception:  # playwright's TimeoutError
+        except Exception:  # noqa: BLE001 (playwright's TimeoutError)
             problems.append("a widget did not render (its saved state is in the page)")
     if (ROOT / "_vendor" / "mathjax").exists() and 'class="math' in html:
         try:
             page.wait_for_selector("mjx-container", timeout=15_000)
-        except Exception:
+        except Exception:  # noqa: BLE001 (playwright's TimeoutError)
             problems.append("no formula was typeset by MathJax")
 
     # Every image of our own origin decoded to a real picture (a figure that rendered).

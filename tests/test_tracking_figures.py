@@ -4,12 +4,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import networkx as nx  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import networkx as nx
+import pytest
 
-from mlinfra_lab.tracking import RetentionPolicy, RetentionRule, experiments  # noqa: E402
-from mlinfra_lab.tracking.cache import CacheStats  # noqa: E402
+from mlinfra_lab.tracking import RetentionPolicy, RetentionRule, experiments
+from mlinfra_lab.tracking.cache import CacheStats
 
 pytestmark = pytest.mark.tracking
 

@@ -334,7 +334,7 @@ def _parse(data: bytes) -> tuple[Any, int]:
             raise ValueError("no list of cells")
     # A submission may be any JSON at all: every way converting it can fail means the same
     # thing to the instructor, so the net is wide on purpose (the message names the type).
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         raise SubmissionError(
             f"{unreadable} (nbformat {version}: {type(err).__name__} while reading it)"
         ) from err

@@ -139,7 +139,7 @@ def counting_hook(inner: Callable[[Any, Any], Any], count: _Count) -> Callable[[
     inside `count_allreduce_bytes()`, which counts what `inner` actually sends.
     """
 
-    def hook(state, bucket):  # noqa: ANN001, ANN202 (DDP rejects string annotations)
+    def hook(state, bucket):  # noqa: ANN001 (DDP rejects string annotations)
         tensor = bucket.buffer()
         count.add(tensor.numel() * tensor.element_size(), bucket=True)
         return inner(state, bucket)

@@ -60,7 +60,19 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, delete, func, select, union_all, update
+from sqlalchemy import (
+    BindParameter,
+    CompoundSelect,
+    Connection,
+    Engine,
+    Row,
+    bindparam,
+    delete,
+    func,
+    select,
+    union_all,
+    update,
+)
 
 from mlinfra_lab.tracking import audit
 from mlinfra_lab.tracking import schema as S
@@ -126,7 +138,7 @@ def ensure_principal(conn: Connection, name: str, kind: str = "user") -> int:
     return row.id
 
 
-def _principal_ids(user):  # noqa: ANN001 (a str or a bindparam)
+def _principal_ids(user: str | BindParameter[str]) -> CompoundSelect:
     """Subquery: the user's own principal id and the ids of the teams they belong to."""
     p, tm = S.principals, S.team_members
     own = select(p.c.id).where(p.c.name == user)
@@ -227,7 +239,9 @@ def require(conn: Connection, project: str, user: str, needed: Level, action: st
     return pid
 
 
-def _require_in(conn: Connection, found, target: str, user: str, needed: Level, action: str):  # noqa: ANN001
+def _require_in(
+    conn: Connection, found: Row[Any] | None, target: str, user: str, needed: Level, action: str
+) -> Row[Any]:
     """`found` (a row with project_id and project) if `user` holds `needed` there; else raise."""
     level = Level.NONE if found is None else effective_level(conn, found.project_id, user)
     if level < Level.VIEW:  # missing, or invisible: the same answer
@@ -239,7 +253,7 @@ def _require_in(conn: Connection, found, target: str, user: str, needed: Level, 
     return found
 
 
-def require_run(conn: Connection, run_id: int, user: str, needed: Level, action: str):
+def require_run(conn: Connection, run_id: int, user: str, needed: Level, action: str) -> Row[Any]:
     """Row (project_id, project) of run `run_id`, read in `conn`'s transaction, if `user` holds `needed`.
 
     Raises `NotFoundOrDenied` when the run does not exist or its project is invisible to
@@ -254,7 +268,9 @@ def require_run(conn: Connection, run_id: int, user: str, needed: Level, action:
     return _require_in(conn, found, f"run:{run_id}", user, needed, action)
 
 
-def require_artifact(conn: Connection, artifact_id: int, user: str, needed: Level, action: str):
+def require_artifact(
+    conn: Connection, artifact_id: int, user: str, needed: Level, action: str
+) -> Row[Any]:
     """Row (uri, sha256, run_id, project_id, project) of an artifact if `user` holds `needed`."""
     a, r, p = S.artifacts, S.runs, S.projects
     found = conn.execute(

@@ -46,7 +46,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import fsspec
 
@@ -156,7 +156,7 @@ def _chunks(source: bytes | str | os.PathLike | BinaryIO) -> Iterator[bytes]:
 class BlobStore:
     """Blobs under one fsspec root URL (``file:///...``, ``memory://...``, ``s3://bucket/x``)."""
 
-    def __init__(self, root: str, **storage_options):
+    def __init__(self, root: str, **storage_options: Any) -> None:
         self.root = root.rstrip("/")
         self.fs, self._root_path = fsspec.core.url_to_fs(self.root, **storage_options)
 

@@ -32,16 +32,18 @@ import os
 import platform
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mlinfra_lab.results import results_dir as committed_results_dir
 from mlinfra_lab.tracking.workload import (
     DAY,
     QUERIES,
     BenchConfig,
+    Progress,
     fill_mlflow,
     fill_ours,
     synthetic_runs,
@@ -50,9 +52,11 @@ from mlinfra_lab.tracking.workload import (
 
 __all__ = ["BenchConfig", "QUERIES", "load_latest", "run_benchmark", "save", "synthetic_runs"]
 
+T = TypeVar("T")
+
 
 # -- this store ------------------------------------------------------------------------
-def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str, Any]:
+def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress: Progress) -> dict[str, Any]:
     from mlinfra_lab.tracking.store import TrackingStore
 
     store = TrackingStore(
@@ -101,7 +105,7 @@ def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str,
 
 
 # -- MLflow ----------------------------------------------------------------------------
-def _bench_mlflow(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str, Any]:
+def _bench_mlflow(cfg: BenchConfig, work: Path, now: float, progress: Progress) -> dict[str, Any]:
     import logging
 
     from mlflow.entities import Metric, Param
@@ -188,11 +192,13 @@ def mlflow_available() -> bool:
     return importlib.util.find_spec("mlflow") is not None
 
 
-def run_benchmark(cfg: BenchConfig, workdir: str | None = None, progress=None) -> dict[str, Any]:
+def run_benchmark(
+    cfg: BenchConfig, workdir: str | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
     """Run the benchmark; return the results dict (machine, versions, config, systems, ratios)."""
     if progress is None:
 
-        def progress(it, desc=""):  # noqa: ANN001, ARG001 (plain iteration, no bar)
+        def progress(it: Iterable[T], /, desc: str = "") -> Iterable[T]:  # noqa: ARG001 (plain iteration, no bar)
             return it
 
     now = time.time()

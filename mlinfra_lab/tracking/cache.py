@@ -63,7 +63,7 @@ class CacheStats:
 class ArtifactCache:
     """LRU disk cache of blobs; `max_bytes` bounds the sum of file sizes kept."""
 
-    def __init__(self, directory: str | os.PathLike, max_bytes: int):
+    def __init__(self, directory: str | os.PathLike, max_bytes: int) -> None:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be positive, got {max_bytes}")
         self.dir = Path(directory)
@@ -121,14 +121,14 @@ class ArtifactCache:
             if h.hexdigest() != sha256:
                 raise IntegrityError(artifact_id, sha256, h.hexdigest(), "in the artifact store")
             if size > self.max_bytes:  # too big to keep: served from the unnamed temporary file
-                return open(tmp, "rb")  # noqa: SIM115 (unlinked below; the caller closes it)
+                return open(tmp, "rb")  # unlinked below; the caller closes it
             self._evict(size)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
         self._lru[sha256] = size
         self._total += size
-        return open(path, "rb")  # noqa: SIM115 (the caller closes it)
+        return open(path, "rb")  # the caller closes it
 
     def _drop(self, sha256: str) -> None:
         self._total -= self._lru.pop(sha256, 0)

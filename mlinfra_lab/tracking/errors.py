@@ -57,14 +57,14 @@ class AuthenticationError(TrackingError):
         message: str = "no valid token: send 'Authorization: Bearer <token>' with a token "
         "a store ADMIN created (mlinfra-lab track token create USER); "
         "a revoked token is refused like an unknown one",
-    ):
+    ) -> None:
         super().__init__(message)
 
 
 class IdentityError(TrackingError, ValueError):
     """A request through the tracking server that names a user: the server acts as the token's user."""
 
-    def __init__(self, named: str, token_user: str | None = None):
+    def __init__(self, named: str, token_user: str | None = None) -> None:
         self.named = named
         who = f" ({token_user!r})" if token_user else ""
         super().__init__(
@@ -96,7 +96,7 @@ class DatabaseError(TrackingError):
     hostile filter); `sqlstate` and `driver_error` (the exception class name) are attributes.
     """
 
-    def __init__(self, what: str, driver_error: str, sqlstate: str | None, wrote: bool):
+    def __init__(self, what: str, driver_error: str, sqlstate: str | None, wrote: bool) -> None:
         self.what, self.driver_error, self.sqlstate = what, driver_error, sqlstate
         done = "it was rolled back and nothing was written" if wrote else "nothing was changed"
         super().__init__(
@@ -108,7 +108,7 @@ class DatabaseError(TrackingError):
 class IntegrityError(TrackingError):
     """Bytes read from the artifact store do not match the sha256 recorded at upload."""
 
-    def __init__(self, artifact_id: int | None, expected: str, actual: str, where: str):
+    def __init__(self, artifact_id: int | None, expected: str, actual: str, where: str) -> None:
         self.artifact_id, self.expected, self.actual, self.where = (
             artifact_id,
             expected,
@@ -127,7 +127,7 @@ class PermissionDenied(TrackingError, PermissionError):
 
     def __init__(
         self, principal: str, project: str, needed: str, action: str, scope: str | None = None
-    ):
+    ) -> None:
         self.principal, self.project, self.needed, self.action = principal, project, needed, action
         self.scope = scope or f"project:{project}"
         if self.scope != f"project:{project}":  # a store-wide or team operation
@@ -151,7 +151,9 @@ class NotFoundOrDenied(PermissionDenied, NotFound):
     handed to the audit log only.
     """
 
-    def __init__(self, principal: str, target: str, action: str, audit_project: str | None = None):
+    def __init__(
+        self, principal: str, target: str, action: str, audit_project: str | None = None
+    ) -> None:
         self.principal, self.project, self.needed, self.action = principal, None, "VIEW", action
         self.scope, self._audit_project = target, audit_project
         Exception.__init__(
@@ -164,7 +166,7 @@ class NotFoundOrDenied(PermissionDenied, NotFound):
 class QueryError(TrackingError, ValueError):
     """A search filter that does not parse; points at the offending character."""
 
-    def __init__(self, message: str, text: str, position: int):
+    def __init__(self, message: str, text: str, position: int) -> None:
         self.reason, self.text, self.position = message, text, position
         start = max(0, position - 60)  # a long filter is shown as a window around the position
         shown = (

@@ -25,9 +25,10 @@ import random
 import sqlite3
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlinfra_lab.tracking.figures import (
     plot_bench,
@@ -38,6 +39,9 @@ from mlinfra_lab.tracking.figures import (
     plot_retention,
 )
 from mlinfra_lab.tracking.retention import DAY, ArtifactRecord, RetentionPolicy, plan_retention
+
+if TYPE_CHECKING:
+    from mlinfra_lab.tracking.store import TrackingStore
 
 __all__ = [
     "hot_params_vs_json",
@@ -55,7 +59,7 @@ __all__ = [
 ]
 
 
-def _median_ms(fn, repeats: int) -> float:
+def _median_ms(fn: Callable[[], object], repeats: int) -> float:
     fn()  # warm-up: page cache, compiled-statement cache
     samples = []
     for _ in range(repeats):
@@ -110,7 +114,7 @@ def inline_vs_reference(
         narrow = lambda c=con: c.execute("SELECT id, acc FROM runs WHERE acc > 0.9").fetchall()  # noqa: E731
         wide = lambda c=con: c.execute("SELECT * FROM runs WHERE acc > 0.9").fetchall()  # noqa: E731
 
-        def backup(c=con, dst=d / f"{design}-backup.db"):
+        def backup(c: sqlite3.Connection = con, dst: Path = d / f"{design}-backup.db") -> None:
             dst.unlink(missing_ok=True)
             with sqlite3.connect(dst) as b:
                 c.backup(b)
@@ -126,7 +130,7 @@ def inline_vs_reference(
 
 
 def populate_demo(
-    store,
+    store: TrackingStore,
     project: str = "demo",
     runs: int = 200,
     metrics: int = 5,
@@ -164,7 +168,9 @@ def populate_demo(
     return ids
 
 
-def index_effect(store, project: str, filter: str, repeats: int = 20) -> dict[str, Any]:
+def index_effect(
+    store: TrackingStore, project: str, filter: str, repeats: int = 20
+) -> dict[str, Any]:
     """Median search latency and query plan with the (key, value) index on latest_metrics, then without."""
     name = "ix_latest_metrics_key_value_run_id"
     search = lambda: store.search_runs(project, filter)  # noqa: E731

@@ -27,12 +27,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, insert, literal, select
 
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level, effective_level
 from mlinfra_lab.tracking.errors import NotFoundOrDenied, TrackingError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["LineageGraph", "bury", "node_id", "require_visible", "walk"]
 
@@ -68,7 +72,7 @@ class LineageGraph:
     def of_kind(self, kind: str) -> list[str]:
         return [n for n in self.nodes if n.startswith(kind + ":")]
 
-    def to_networkx(self):
+    def to_networkx(self) -> nx.DiGraph:
         """A networkx DiGraph (for drawing); needs networkx installed."""
         import networkx as nx
 

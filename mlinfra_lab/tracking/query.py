@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, not_, or_, select
+from sqlalchemy import Column, ColumnElement, Select, Table, and_, exists, not_, or_, select
 
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import QueryError
@@ -178,7 +178,7 @@ class Field:
 
 
 class _Parser:
-    def __init__(self, text: str, now: float):
+    def __init__(self, text: str, now: float) -> None:
         self.text, self.now = text, now
         self.toks, self.i = tokenize(text), 0
         self.preds: dict[int, Pred] = {}  # id(IN-form expression) -> its predicate
@@ -366,7 +366,9 @@ class _Parser:
         return expr
 
 
-def _column_test(f: Field, test, sample: Any) -> ColumnElement[bool]:
+def _column_test(
+    f: Field, test: Callable[[Any], ColumnElement[bool]], sample: Any
+) -> ColumnElement[bool]:
     """The SQL test of one field: a column on `runs`, or an IN-subquery on an indexed table."""
     runs = S.runs
     if f.kind == "attr":
@@ -421,13 +423,13 @@ class Pred:
     test: Callable[[Any], ColumnElement[bool]]
     sample: Any  # a value of the comparison, for its type
 
-    def table_and_column(self):
+    def table_and_column(self) -> tuple[Table, Column[Any]]:
         t = {"metrics": S.latest_metrics, "tags": S.tags, "params": S.params}[self.field.kind]
         if self.field.kind == "params":
             return t, (t.c.value_num if isinstance(self.sample, float) else t.c.value_str)
         return t, t.c.value
 
-    def matches(self):
+    def matches(self) -> Select[tuple[int]]:
         """SELECT run_id of the rows that satisfy the comparison (uses the (key, value) index)."""
         t, col = self.table_and_column()
         return select(t.c.run_id).where(t.c.key == self.field.key, self.test(col))

@@ -72,7 +72,7 @@ class Run(RunHandle):
         name: str,
         user: str,
         batch_size: int = 1000,
-    ):
+    ) -> None:
         super().__init__(run_id, project, name, user, batch_size)
         self.store = store
         self._buffer: list[dict[str, Any]] = []

@@ -61,7 +61,7 @@ class TrackingStore(StoreAccess):
         batch_size: int = 1000,
         migrate_schema: bool = True,
         search_timeout_s: float = 10.0,
-    ):
+    ) -> None:
         self.db_url, self.artifact_root = db_url, to_url(artifact_root)
         self.engine = make_engine(db_url)
         if migrate_schema:
@@ -83,7 +83,7 @@ class TrackingStore(StoreAccess):
     def __enter__(self) -> TrackingStore:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- datasets and runs: writing and reading --------------------------------------

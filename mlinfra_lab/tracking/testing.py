@@ -18,6 +18,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from mlinfra_lab.tracking.store import TrackingStore
 
@@ -72,7 +73,7 @@ def fresh_db_url(backend: str, directory: str | os.PathLike) -> Iterator[str]:
 
 @contextlib.contextmanager
 def fresh_store(
-    backend: str, directory: str | os.PathLike, artifact_root: str | None = None, **kwargs
+    backend: str, directory: str | os.PathLike, artifact_root: str | None = None, **kwargs: Any
 ) -> Iterator[TrackingStore]:
     """An empty, migrated store on `backend` with artifacts under `directory` (or at `artifact_root`)."""
     kwargs.setdefault("default_user", "owner")
@@ -85,7 +86,7 @@ def fresh_store(
 
 
 def run_together(
-    target: Callable, processes: int, *args, timeout_s: float = 120.0
+    target: Callable[..., object], processes: int, *args: object, timeout_s: float = 120.0
 ) -> list[int | None]:
     """Run ``target(*args, worker, barrier)`` in `processes` fresh processes; their exit codes.
 

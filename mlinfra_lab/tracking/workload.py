@@ -14,13 +14,18 @@ import random
 import statistics
 import time
 import uuid
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 __all__ = [
     "DAY",
     "QUERIES",
     "BenchConfig",
+    "Progress",
     "fill_mlflow",
     "fill_ours",
     "percentile",
@@ -29,6 +34,13 @@ __all__ = [
 ]
 
 DAY = 86400.0
+T = TypeVar("T")
+
+
+class Progress(Protocol):
+    """A progress wrapper such as ``tqdm``: yields what `iterable` yields (and may draw a bar)."""
+
+    def __call__(self, iterable: Iterable[T], /, desc: str = "") -> Iterable[T]: ...
 
 
 @dataclass(frozen=True)
@@ -109,7 +121,9 @@ def percentile(samples: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
-def time_queries(search, queries: list[tuple[str, str]], repeats: int) -> dict[str, Any]:
+def time_queries(
+    search: Callable[[str], Sized], queries: list[tuple[str, str]], repeats: int
+) -> dict[str, Any]:
     rows, every = [], []
     for name, text in queries:
         results = len(search(text))
@@ -133,13 +147,13 @@ def time_queries(search, queries: list[tuple[str, str]], repeats: int) -> dict[s
 
 
 def fill_ours(
-    engine,
+    engine: Engine,
     project: str,
     fill: list[dict[str, Any]],
     now: float,
-    progress,
+    progress: Progress,
     desc: str = "mlinfra: bulk fill",
-) -> None:  # noqa: ANN001 (an Engine; the progress wrapper)
+) -> None:
     """Insert the runs `fill` into `project` with plain SQL, 5000 a transaction (untimed)."""
     from sqlalchemy import func, select
 
@@ -192,9 +206,9 @@ def fill_mlflow(
     experiment_id: int,
     fill: list[dict[str, Any]],
     now: float,
-    progress,
+    progress: Progress,
     desc: str = "mlflow: bulk fill",
-) -> None:  # noqa: ANN001 (the progress wrapper)
+) -> None:
     """Insert the runs `fill` into MLflow's tables of experiment `experiment_id` at database
     `url` with plain SQL (untimed), each a copy of a run the API created, with new values."""
     import sqlalchemy as sa

@@ -40,6 +40,7 @@ from mlinfra_lab.tracking.workload import (
     DAY,
     QUERIES,
     BenchConfig,
+    Progress,
     fill_mlflow,
     fill_ours,
     synthetic_runs,
@@ -87,7 +88,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 # -- our client -> our server ------------------------------------------------------------
 def bench_served(
-    cfg: BenchConfig, work: Path, now: float, progress, db_url: str | None = None
+    cfg: BenchConfig, work: Path, now: float, progress: Progress, db_url: str | None = None
 ) -> dict[str, Any]:
     from mlinfra_lab.tracking.server.client import TrackingClient
     from mlinfra_lab.tracking.server.tokens import create_token
@@ -192,7 +193,7 @@ def _free_port() -> int:
 
 
 def bench_mlflow_server(
-    cfg: BenchConfig, work: Path, now: float, progress, command: list[str]
+    cfg: BenchConfig, work: Path, now: float, progress: Progress, command: list[str]
 ) -> dict[str, Any]:
     url, port = f"sqlite:///{work / 'mlflow-server.db'}", _free_port()
     proc = _start(

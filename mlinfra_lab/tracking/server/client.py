@@ -52,7 +52,7 @@ class TrackingClient:
 
     def __init__(
         self, url: str, token: str | None = None, batch_size: int = 1000, timeout_s: float = 60.0
-    ):
+    ) -> None:
         token = token or os.environ.get(TOKEN_ENV)
         if not token:
             raise TrackingError(
@@ -84,7 +84,7 @@ class TrackingClient:
     def __enter__(self) -> TrackingClient:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- the one way a request is sent -------------------------------------------------

@@ -81,7 +81,7 @@ class RemoteRun(RunHandle):
         name: str,
         user: str,
         batch_size: int = 1000,
-    ):
+    ) -> None:
         super().__init__(run_id, project, name, user, batch_size)
         self.client = client
         self._buffer: list[tuple[int, dict[str, float]]] = []

@@ -49,7 +49,7 @@ class Pin(BaseModel):
 class _RequestBody(io.RawIOBase):
     """The request's body as a blocking binary file, for a worker thread (not the event loop)."""
 
-    def __init__(self, chunks: AsyncIterator[bytes]):
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
         self._chunks, self._pending, self._done = chunks, bytearray(), False
 
     def readable(self) -> bool:
