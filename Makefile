@@ -64,8 +64,11 @@ book: setup _vendor/.stamp check-student-labs
 	@echo
 	@echo "The book is built: open file://$(CURDIR)/_build/html/index.html"
 
+# ruff's rules and the formatter (pyproject.toml [tool.ruff]): `ruff format mlinfra_lab tests` fixes
+# what the format check finds.
 lint: setup
 	$(BIN)/ruff check mlinfra_lab tests
+	$(BIN)/ruff format --check mlinfra_lab tests
 
 unit: setup
 	$(PYTEST) -m "not notebooks and not browser" --durations=8 tests

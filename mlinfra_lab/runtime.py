@@ -56,10 +56,24 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "gpu": {"steps": 20, "examples": 100, "runs": 8, "fresh_runs": 3},
     },
     "tracking": {  # the store runs on the CPU either way: same sizes on both
-        "cpu": {"runs": 200, "metrics": 5, "steps": 50, "inline_runs": 200,
-                "blob_bytes": 256 * 1024, "retention_days": 365, "json_runs": 100_000},
-        "gpu": {"runs": 200, "metrics": 5, "steps": 50, "inline_runs": 200,
-                "blob_bytes": 256 * 1024, "retention_days": 365, "json_runs": 100_000},
+        "cpu": {
+            "runs": 200,
+            "metrics": 5,
+            "steps": 50,
+            "inline_runs": 200,
+            "blob_bytes": 256 * 1024,
+            "retention_days": 365,
+            "json_runs": 100_000,
+        },
+        "gpu": {
+            "runs": 200,
+            "metrics": 5,
+            "steps": 50,
+            "inline_runs": 200,
+            "blob_bytes": 256 * 1024,
+            "retention_days": 365,
+            "json_runs": 100_000,
+        },
     },
     "staleness": {  # the simulator runs on the CPU either way; a GPU box just runs longer
         "cpu": {"workers": 8, "updates": 300, "corr_updates": 1500, "hogwild_updates": 300},

@@ -19,7 +19,9 @@ def open_and_hash(store: Any, artifact_id: int) -> tuple[str, int]:
     finally:
         tracemalloc.stop()
     with f:
-        assert not isinstance(f, io.BytesIO) and f.fileno() >= 0, "an open file, not bytes in memory"
+        assert not isinstance(f, io.BytesIO) and f.fileno() >= 0, (
+            "an open file, not bytes in memory"
+        )
         h = hashlib.sha256()
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)

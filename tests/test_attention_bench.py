@@ -15,8 +15,10 @@ pytestmark = pytest.mark.attention
 
 
 def _result(ms_by_shape: dict[tuple, float]) -> dict:
-    rows = [dict(provider="ours", seq=n, head_dim=d, causal=c, mode=m, ms=ms)
-            for (n, d, c, m), ms in ms_by_shape.items()]
+    rows = [
+        dict(provider="ours", seq=n, head_dim=d, causal=c, mode=m, ms=ms)
+        for (n, d, c, m), ms in ms_by_shape.items()
+    ]
     return {"rows": rows}
 
 
@@ -32,8 +34,9 @@ def test_check_baseline_threshold():
 
 def test_check_baseline_refuses_disjoint_sweeps():
     with pytest.raises(bench.BaselineError, match="no shape in common"):
-        bench.check_baseline(_result({(1, 16, False, "fwd"): 1.0}),
-                             _result({(2, 16, False, "fwd"): 1.0}))
+        bench.check_baseline(
+            _result({(1, 16, False, "fwd"): 1.0}), _result({(2, 16, False, "fwd"): 1.0})
+        )
 
 
 def test_bench_command_runs_and_guards(tmp_path, capsys):
@@ -41,15 +44,35 @@ def test_bench_command_runs_and_guards(tmp_path, capsys):
     baseline = _result({(32, 16, False, "fwd"): 1e-6, (32, 16, False, "bwd"): 1e-6})
     (tmp_path / "base.json").write_text(json.dumps(baseline))
     out = tmp_path / "r.json"
-    rc = main(["bench", "attention", "--out", str(out), "--quiet", "--seqs", "32",
-               "--head-dims", "16", "--causal", "no", "--providers", "ours,eager",
-               "--check-baseline", str(tmp_path / "base.json")])
+    rc = main(
+        [
+            "bench",
+            "attention",
+            "--out",
+            str(out),
+            "--quiet",
+            "--seqs",
+            "32",
+            "--head-dims",
+            "16",
+            "--causal",
+            "no",
+            "--providers",
+            "ours,eager",
+            "--check-baseline",
+            str(tmp_path / "base.json"),
+        ]
+    )
     assert rc == 1, "a 1e6x slower run must fail the regression check"
     assert "REGRESSION" in capsys.readouterr().out
     result = json.loads(out.read_text())
     assert out.with_suffix(".png").is_file()
     assert {(r["provider"], r["mode"]) for r in result["rows"]} == {
-        ("ours", "fwd"), ("ours", "bwd"), ("eager", "fwd"), ("eager", "bwd")}
+        ("ours", "fwd"),
+        ("ours", "bwd"),
+        ("eager", "fwd"),
+        ("eager", "bwd"),
+    }
     assert all(r["error"] is None and r["ms"] > 0 and r["tflops"] > 0 for r in result["rows"])
     assert result["config"]["seqs"] == [32] and result["device"]["torch"]
     assert result["ratios"][0]["vs_eager"] > 0 and result["complete"] is True
@@ -60,9 +83,28 @@ def test_flex_anchor_and_repeats_on_cpu(tmp_path):
     """FlexAttention runs as an anchor (eager on a CPU), every timing is kept, and the ratios
     carry their spread over the repeats."""
     out = tmp_path / "r.json"
-    assert main(["bench", "attention", "--out", str(out), "--quiet", "--seqs", "32",
-                 "--head-dims", "16", "--causal", "yes", "--providers", "ours,flex",
-                 "--repeats", "2"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "attention",
+                "--out",
+                str(out),
+                "--quiet",
+                "--seqs",
+                "32",
+                "--head-dims",
+                "16",
+                "--causal",
+                "yes",
+                "--providers",
+                "ours,flex",
+                "--repeats",
+                "2",
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     rows = {(r["provider"], r["mode"]): r for r in result["rows"]}
     assert "no backward on a CPU" in rows["flex", "bwd"]["error"]
@@ -75,9 +117,19 @@ def test_flex_anchor_and_repeats_on_cpu(tmp_path):
 
 def test_check_anchor_uses_the_worst_repeat():
     def res(runs_ours, runs_flash):
-        rows = [dict(provider=p, seq=1024, head_dim=64, causal=False, mode="fwd",
-                     ms=sorted(r)[len(r) // 2], tflops=1 / sorted(r)[len(r) // 2], ms_runs=r)
-                for p, r in (("ours", runs_ours), ("sdpa_flash", runs_flash))]
+        rows = [
+            dict(
+                provider=p,
+                seq=1024,
+                head_dim=64,
+                causal=False,
+                mode="fwd",
+                ms=sorted(r)[len(r) // 2],
+                tflops=1 / sorted(r)[len(r) // 2],
+                ms_runs=r,
+            )
+            for p, r in (("ours", runs_ours), ("sdpa_flash", runs_flash))
+        ]
         return {"rows": rows, "ratios": bench._ratios(rows)}
 
     assert bench.check_anchor(res([1.0, 1.0, 1.0], [1.3, 1.3, 1.3])) == []
@@ -104,8 +156,11 @@ def test_committed_h200_results_are_complete_and_plot():
     shapes = {(r["seq"], r["head_dim"], r["causal"], r["mode"]) for r in result["rows"]}
     assert len(shapes) == 5 * 2 * 2 * 2
     for shape in shapes:
-        provs = {r["provider"] for r in result["rows"]
-                 if (r["seq"], r["head_dim"], r["causal"], r["mode"]) == shape}
+        provs = {
+            r["provider"]
+            for r in result["rows"]
+            if (r["seq"], r["head_dim"], r["causal"], r["mode"]) == shape
+        }
         assert provs == set(result["config"]["providers"]), f"{shape}: providers {provs}"
         assert {"ours", "sdpa_flash", "sdpa_cudnn"} <= provs
     assert bench.check_baseline(result, copy.deepcopy(result)) == []

@@ -10,13 +10,13 @@ from mlinfra_lab.attention.banks import bank_conflict_degree, tile_addresses
 
 pytestmark = pytest.mark.attention
 
-NCU_OUTPUT = '''==PROF== Connected to process 123
+NCU_OUTPUT = """==PROF== Connected to process 123
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","dram__bytes_read.sum","dram__bytes_write.sum"
 "","","","","","","","byte","byte"
 "0","123","python3","h","ampere_bf16_s16816gemm","1","7","1,048,576","524,288"
 "1","123","python3","h","softmax_warp_forward","1","7","2048","0"
 ==PROF== Disconnected from process 123
-'''
+"""
 
 
 def test_parse_ncu_csv_skips_the_units_row_and_reads_thousands_separators():
@@ -31,8 +31,10 @@ def test_parse_ncu_csv_says_when_nothing_was_profiled():
 
 
 def test_bank_cases_span_conflict_free_to_32_way_and_fit_the_kernel_tile():
-    degrees = {name: bank_conflict_degree(tile_addresses(**case))
-               for name, case in counters.BANK_CASES.items()}
+    degrees = {
+        name: bank_conflict_degree(tile_addresses(**case))
+        for name, case in counters.BANK_CASES.items()
+    }
     assert degrees["row, fp32 32x32"] == 1 and degrees["column, fp32 32x32"] == 32
     assert degrees["column, fp32 32x32, pad 1"] == 1 == degrees["column, fp32 32x32, swizzle"]
     assert degrees["column, fp32 32x34"] == 2 and degrees["column, fp32 32x16"] == 16
@@ -48,10 +50,25 @@ def test_the_command_without_a_gpu_says_what_it_needs(monkeypatch):
 
 
 def test_plot_counters_draws_both_panels_from_a_result():
-    dram = [dict(provider=p, seq=n, read_bytes=1e8 * n / 512, write_bytes=1e7,
-                 model_bytes=1e8 * n / 512, model_bytes_kv_rereads=2e8 if p == "ours" else None)
-            for p in ("unfused", "ours") for n in (512, 1024)]
+    dram = [
+        dict(
+            provider=p,
+            seq=n,
+            read_bytes=1e8 * n / 512,
+            write_bytes=1e7,
+            model_bytes=1e8 * n / 512,
+            model_bytes_kv_rereads=2e8 if p == "ours" else None,
+        )
+        for p in ("unfused", "ours")
+        for n in (512, 1024)
+    ]
     banks = [dict(case=name, model_degree=1, measured_degree=1.0) for name in counters.BANK_CASES]
-    fig = counters.plot_counters({"dram": dram, "banks": banks, "date": "2026-12-04T00:00:00",
-                                  "device": {"device_name": "NVIDIA H200", "ncu": "ncu 2025"}})
+    fig = counters.plot_counters(
+        {
+            "dram": dram,
+            "banks": banks,
+            "date": "2026-12-04T00:00:00",
+            "device": {"device_name": "NVIDIA H200", "ncu": "ncu 2025"},
+        }
+    )
     assert len(fig.axes) == 2 and len(fig.axes[1].patches) == 2 * len(counters.BANK_CASES)

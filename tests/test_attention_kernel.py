@@ -159,8 +159,7 @@ V2_CASES = [
 
 
 @pytest.mark.parametrize("b,h,n_q,n_k,d,causal,dtype", V2_CASES)
-def test_flash_v2_forward_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype,
-                                                    monkeypatch):
+def test_flash_v2_forward_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monkeypatch):
     _poison_allocations(monkeypatch)
     g = torch.Generator().manual_seed(2000 * n_q + d)
     q, k, v = (torch.randn(b, h, n, d, generator=g).to(DEVICE, dtype) for n in (n_q, n_k, n_k))
@@ -212,8 +211,19 @@ def test_a_shape_in_the_tile_table_runs_its_tile_without_a_search(monkeypatch):
 
     monkeypatch.delenv("MLINFRA_ATTENTION_AUTOTUNE", raising=False)
     tile = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3}
-    table = {"entries": [{"kernel": "fwd", "gpu": "NVIDIA H200", "dtype": "bfloat16",
-                          "head_dim": 128, "causal": True, "seq": 4096, "tile": tile}]}
+    table = {
+        "entries": [
+            {
+                "kernel": "fwd",
+                "gpu": "NVIDIA H200",
+                "dtype": "bfloat16",
+                "head_dim": 128,
+                "causal": True,
+                "seq": 4096,
+                "tile": tile,
+            }
+        ]
+    }
     monkeypatch.setattr(tile_table, "load_table", lambda: table)
     monkeypatch.setattr(fk.torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     q = SimpleNamespace(is_cuda=True, device="cuda:0", dtype=torch.bfloat16)
@@ -222,10 +232,14 @@ def test_a_shape_in_the_tile_table_runs_its_tile_without_a_search(monkeypatch):
     assert picked.kwargs == {"BLOCK_M": 128, "BLOCK_N": 128}
     assert (picked.num_warps, picked.num_stages) == (8, 3)
     other = dict(args, HEAD_DIM=96)  # no entry: the search runs
-    assert fk._pruner("fp32-tile", "fwd")(["first", "second"], other,
-                                          PRECISION="tf32") == ["first", "second"]
-    assert fk._pruner("fp32-tile", "dq")(["first", "second"], args,
-                                         PRECISION="tf32") == ["first", "second"]
+    assert fk._pruner("fp32-tile", "fwd")(["first", "second"], other, PRECISION="tf32") == [
+        "first",
+        "second",
+    ]
+    assert fk._pruner("fp32-tile", "dq")(["first", "second"], args, PRECISION="tf32") == [
+        "first",
+        "second",
+    ]
     assert fk._pruner("fp32-tile", "fwd")(["a", "b"], args, PRECISION="ieee") == ["fp32-tile"]
 
 

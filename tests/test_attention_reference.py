@@ -51,7 +51,9 @@ def test_online_softmax_rejects_bad_block():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("n,block_m,block_n", [(1, 64, 64), (17, 4, 5), (100, 32, 16), (65, 64, 64)])
+@pytest.mark.parametrize(
+    "n,block_m,block_n", [(1, 64, 64), (17, 4, 5), (100, 32, 16), (65, 64, 64)]
+)
 def test_tiled_matches_naive(causal, n, block_m, block_n):
     q, k, v = _qkv(2, 2, n, n, 16, seed=n)
     ref = naive_attention(q, k, v, causal)
@@ -137,4 +139,9 @@ def test_tile_column_read_conflicts_and_cures(elem_bytes, cols):
     assert bank_conflict_degree(padded) == 1
     assert bank_conflict_degree(swizzled) == 1
     # A padding of a whole 128-byte line cures nothing.
-    assert bank_conflict_degree(tile_addresses(rows, cols, elem_bytes, "column", pad_elems=128 // elem_bytes)) == 32
+    assert (
+        bank_conflict_degree(
+            tile_addresses(rows, cols, elem_bytes, "column", pad_elems=128 // elem_bytes)
+        )
+        == 32
+    )

@@ -24,10 +24,13 @@ def test_every_backend_runs_and_agrees_or_says_why_not():
         assert (r.error is None) == (r.ms is not None), "a row is either timed or refused"
     with torch.no_grad():
         ref = naive_attention(q.double(), k.double(), v.double(), causal=True)
-        assert (torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-                - ref).abs().max() < 1e-5
-    if not torch.cuda.is_available():   # the CPU has a fused kernel and the math one, no more
-        assert rows["default"].kernel != math_row.kernel, "the default should pick the fused CPU kernel"
+        assert (
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) - ref
+        ).abs().max() < 1e-5
+    if not torch.cuda.is_available():  # the CPU has a fused kernel and the math one, no more
+        assert rows["default"].kernel != math_row.kernel, (
+            "the default should pick the fused CPU kernel"
+        )
         for name in ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION"):
             assert rows[name].error and "backend" in rows[name].error
             assert "cannot run here" in str(rows[name])

@@ -15,14 +15,39 @@ def _fake_study() -> dict:
     rows = []
     for prov, tf in (("ours_v1", 400.0), ("ours_v2", 440.0), ("sdpa_flash", 300.0)):
         for mode in ("fwd", "bwd"):
-            rows.append(dict(provider=prov, seq=8192, head_dim=128, causal=False, mode=mode,
-                             tflops=tf, ms=1.0))
-    memory = [dict(provider=p, seq=n, fwd_bwd_peak_bytes=(n * n if p == "eager" else 1000 * n),
-                   error=None) for p in ("eager", "sdpa_flash", "ours") for n in (1024, 2048)]
+            rows.append(
+                dict(
+                    provider=prov,
+                    seq=8192,
+                    head_dim=128,
+                    causal=False,
+                    mode=mode,
+                    tflops=tf,
+                    ms=1.0,
+                )
+            )
+    memory = [
+        dict(
+            provider=p, seq=n, fwd_bwd_peak_bytes=(n * n if p == "eager" else 1000 * n), error=None
+        )
+        for p in ("eager", "sdpa_flash", "ours")
+        for n in (1024, 2048)
+    ]
     memory.append(dict(provider="eager", seq=4096, fwd_bwd_peak_bytes=None, error="OOM"))
-    tiles = [dict(version=1, block_m=bm, block_n=64, num_warps=8, num_stages=3, seq=8192,
-                  head_dim=128, tflops=tf, error=None if tf else "OutOfResources")
-             for bm, tf in ((64, 300.0), (128, 450.0), (256, None))]
+    tiles = [
+        dict(
+            version=1,
+            block_m=bm,
+            block_n=64,
+            num_warps=8,
+            num_stages=3,
+            seq=8192,
+            head_dim=128,
+            tflops=tf,
+            error=None if tf else "OutOfResources",
+        )
+        for bm, tf in ((64, 300.0), (128, 450.0), (256, None))
+    ]
     return {"rows": rows, "memory": memory, "tiles": tiles}
 
 

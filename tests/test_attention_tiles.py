@@ -40,8 +40,10 @@ def test_invalid_configs_are_refused_with_advice(args, kwargs, match):
         time_forward_tile(*args, **kwargs)
 
 
-@pytest.mark.parametrize("args, kwargs", [((128, 64, 8, 3), {}), ((64, 128, 4, 2), {}),
-                                          ((128, 32), {"causal": True, "head_dim": 80})])
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [((128, 64, 8, 3), {}), ((64, 128, 4, 2), {}), ((128, 32), {"causal": True, "head_dim": 80})],
+)
 def test_valid_configs_pass_the_check(args, kwargs):
     assert check_tile_config(*args, **kwargs) is None
 
@@ -58,8 +60,20 @@ def test_cpu_refuses_to_time_with_a_clear_error(monkeypatch):
 def test_gpu_times_one_config_and_matches_the_autotuned_kernel(version):
     if version == 2 and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("version 2 uses TMA descriptors (Hopper or newer)")
-    t = time_forward_tile(64, 32, 4, 2, batch=1, heads=4, seq=1000, head_dim=80,
-                          causal=True, version=version, warmup_ms=5, rep_ms=20)
+    t = time_forward_tile(
+        64,
+        32,
+        4,
+        2,
+        batch=1,
+        heads=4,
+        seq=1000,
+        head_dim=80,
+        causal=True,
+        version=version,
+        warmup_ms=5,
+        rep_ms=20,
+    )
     assert isinstance(t, TileTiming)
     assert t.error is None, t.error
     assert t.ms > 0 and t.tflops > 0
@@ -70,6 +84,7 @@ def test_gpu_times_one_config_and_matches_the_autotuned_kernel(version):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_reports_an_oversized_config_as_an_error_not_an_exception():
-    t = time_forward_tile(256, 256, 4, 6, batch=1, heads=2, seq=512, head_dim=128,
-                          warmup_ms=5, rep_ms=20)
+    t = time_forward_tile(
+        256, 256, 4, 6, batch=1, heads=2, seq=512, head_dim=128, warmup_ms=5, rep_ms=20
+    )
     assert t.error is not None and t.ms is None and t.tflops is None

@@ -75,9 +75,9 @@ def offline(page, origin: str) -> None:
     """The machine has no internet: abort every request that leaves `origin` (CDNs, fonts)."""
     page.route(
         "**/*",
-        lambda route: route.continue_()
-        if urlparse(route.request.url).netloc == origin
-        else route.abort(),
+        lambda route: (
+            route.continue_() if urlparse(route.request.url).netloc == origin else route.abort()
+        ),
     )
 
 
@@ -93,8 +93,10 @@ def server() -> Iterator[str]:
 def browser(tmp_path_factory: pytest.TempPathFactory):
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set MLINFRA_CHROMIUM; "
-                    "`make browser` also tries Playwright's own)")
+        pytest.fail(
+            f"no Chromium at {CHROMIUM}: apt-get install chromium (or set MLINFRA_CHROMIUM; "
+            "`make browser` also tries Playwright's own)"
+        )
     profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_api.sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
@@ -144,9 +146,11 @@ def page_problems(browser, base_url: str, html_root: Path, page_path: str) -> li
     page.on("console", on_console)
     page.on(
         "requestfailed",
-        lambda req: problems.append(f"request failed: {req.url}")
-        if urlparse(req.url).netloc == origin
-        else None,
+        lambda req: (
+            problems.append(f"request failed: {req.url}")
+            if urlparse(req.url).netloc == origin
+            else None
+        ),
     )
     offline(page, origin)
     url = urljoin(base_url, f"{page_path}.html")
@@ -160,12 +164,12 @@ def page_problems(browser, base_url: str, html_root: Path, page_path: str) -> li
     if (ROOT / "_vendor" / "widgets").exists() and "widget-state+json" in html:
         try:
             page.wait_for_selector(".jupyter-widgets", timeout=15_000)
-        except Exception:  # playwright's TimeoutError
+        except Exception:  # noqa: BLE001 (playwright's TimeoutError)
             problems.append("a widget did not render (its saved state is in the page)")
     if (ROOT / "_vendor" / "mathjax").exists() and 'class="math' in html:
         try:
             page.wait_for_selector("mjx-container", timeout=15_000)
-        except Exception:
+        except Exception:  # noqa: BLE001 (playwright's TimeoutError)
             problems.append("no formula was typeset by MathJax")
 
     # Every image of our own origin decoded to a real picture (a figure that rendered).
@@ -220,8 +224,9 @@ def test_checker_catches_a_broken_page(tmp_path: Path, browser) -> None:
 
 
 @pytest.mark.parametrize("page_path", ["book/01_fused_attention", "book/labs/01_fused_attention"])
-def test_notebook_pages_offer_colab_and_jupyterhub_launch(page_path: str, server: str,
-                                                          browser) -> None:
+def test_notebook_pages_offer_colab_and_jupyterhub_launch(
+    page_path: str, server: str, browser
+) -> None:
     """Launch buttons are built from `repository.url` in _config.yml (README: set your fork)
     and open the page's own notebook: on a lab page, the student edition in book/labs/."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text())

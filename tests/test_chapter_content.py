@@ -34,11 +34,18 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 CHAPTERS = sorted(BOOK.glob("0*.ipynb"))
 LAB_PAGES = sorted((BOOK / "labs").glob("0*.ipynb"))
-MARKS = {"01": pytest.mark.attention, "02": pytest.mark.scaling, "03": pytest.mark.ci,
-         "04": pytest.mark.tracking, "05": pytest.mark.staleness}
+MARKS = {
+    "01": pytest.mark.attention,
+    "02": pytest.mark.scaling,
+    "03": pytest.mark.ci,
+    "04": pytest.mark.tracking,
+    "05": pytest.mark.staleness,
+}
 
-UNIT = (r"(?:GiB|GB|MiB|MB|KiB|kB|KB|TiB|TB|PB|ms|us|µs|ns|s|min|h|TFLOP/s|GFLOP/s"
-        r"|Mbit/s|Gbit/s|MB/s|GB/s|%|\\%)")
+UNIT = (
+    r"(?:GiB|GB|MiB|MB|KiB|kB|KB|TiB|TB|PB|ms|us|µs|ns|s|min|h|TFLOP/s|GFLOP/s"
+    r"|Mbit/s|Gbit/s|MB/s|GB/s|%|\\%)"
+)
 # a number (optionally a range "1.2-1.4") and a unit; or a number glued to "x"/"×" ("240x")
 MEASURED = re.compile(
     r"(?<![\w.\\{])\d+(?:[.,]\d+)*(?:\s*(?:-|–|to)\s*\d+(?:\.\d+)?)?"
@@ -47,16 +54,23 @@ MEASURED = re.compile(
 # (chapter prefix, exact phrase after whitespace is collapsed, why it is not a measurement)
 ALLOWED = [
     ("01", "227 KiB", "shared memory a Hopper (H100/H200) block may use: a hardware constant"),
-    ("02", "The expected speedup is about 8x; the measured one is 2x",
-     "the course text's scenario, stated before anything is measured"),
+    (
+        "02",
+        "The expected speedup is about 8x; the measured one is 2x",
+        "the course text's scenario, stated before anything is measured",
+    ),
     ("02", "2x for 8x GPUs is 25%", "the definition of scaling efficiency on the course's example"),
-    ("02", "communication was about 10% of the step at 8 GPUs and about 60% at 64, and 8x the "
-           "GPUs gave 2x the throughput, 25% efficiency",
-     "the course text's worked example, quoted; the cells below reproduce it from code"),
+    (
+        "02",
+        "communication was about 10% of the step at 8 GPUs and about 60% at 64, and 8x the "
+        "GPUs gave 2x the throughput, 25% efficiency",
+        "the course text's worked example, quoted; the cells below reproduce it from code",
+    ),
     ("02", "25 MB by default", "DDP's default bucket_cap_mb, a PyTorch constant"),
 ]
-PLACEHOLDER = re.compile(r"example\.(?:org|com)|localhost|127\.0\.0\.1|TODO|xxx|placeholder",
-                         re.IGNORECASE)
+PLACEHOLDER = re.compile(
+    r"example\.(?:org|com)|localhost|127\.0\.0\.1|TODO|xxx|placeholder", re.IGNORECASE
+)
 
 
 def _chapter_params() -> list:
@@ -79,15 +93,18 @@ def _glossary_terms() -> set[str]:
     text = (BOOK / "glossary.md").read_text()
     block = re.search(r"```\{glossary\}\n(.*?)\n```", text, flags=re.DOTALL)
     assert block, "book/glossary.md must hold a ```{glossary} directive"
-    return {line.strip() for line in block.group(1).splitlines()
-            if line.strip() and not line.startswith((" ", "\t"))}
+    return {
+        line.strip()
+        for line in block.group(1).splitlines()
+        if line.strip() and not line.startswith((" ", "\t"))
+    }
 
 
 def _bib_entries() -> dict[str, str]:
     text = (BOOK / "references.bib").read_text()
     starts = list(re.finditer(r"^@\w+\{([^,\s]+),", text, flags=re.MULTILINE))
     ends = [m.start() for m in starts[1:]] + [len(text)]
-    return {m.group(1): text[m.start():end] for m, end in zip(starts, ends, strict=True)}
+    return {m.group(1): text[m.start() : end] for m, end in zip(starts, ends, strict=True)}
 
 
 def _cited_keys(text: str) -> set[str]:
@@ -105,10 +122,12 @@ def test_chapter_has_objectives_prerequisites_and_a_lab_link(path: Path) -> None
     before_sections = first.split("\n## ")[0]
     for name in ("Learning objectives", "Prerequisites"):
         assert re.search(r"```\{admonition\} " + name + r"\n", before_sections), (
-            f"{path.name}: add a ```{{admonition}} {name} block right after the title")
+            f"{path.name}: add a ```{{admonition}} {name} block right after the title"
+        )
     objectives = re.search(r"```\{admonition\} Learning objectives\n(.*?)```", first, re.DOTALL)
     assert objectives and objectives.group(1).count("\n- ") >= 3, (
-        f"{path.name}: list at least three learning objectives")
+        f"{path.name}: list at least three learning objectives"
+    )
     lab = f"labs/{path.name}"
     assert f"]({lab})" in "\n".join(cells), f"{path.name}: link its lab as [Lab N]({lab})"
     assert (BOOK / lab).exists(), f"the lab page book/{lab} is missing (make release-labs)"
@@ -119,12 +138,16 @@ def test_chapter_closes_with_summary_exercises_and_references(path: Path) -> Non
     sections = _sections(path)
     names = [h.strip() for h, _ in sections]
     assert names[-3:] == ["Summary", "Exercises", "References"], (
-        f"{path.name}: the last sections must be Summary, Exercises, References; got {names[-3:]}")
+        f"{path.name}: the last sections must be Summary, Exercises, References; got {names[-3:]}"
+    )
     body = dict((h.strip(), b) for h, b in sections)
     exercises = re.findall(r"^\d+\. ", body["Exercises"], flags=re.MULTILINE)
-    assert 3 <= len(exercises) <= 5, f"{path.name}: 3 to 5 numbered exercises, found {len(exercises)}"
+    assert 3 <= len(exercises) <= 5, (
+        f"{path.name}: 3 to 5 numbered exercises, found {len(exercises)}"
+    )
     assert len(re.findall(r"\{cite(?::[a-z]+)?\}`", body["References"])) >= 2, (
-        f"{path.name}: the References section cites its sources with {{cite}} roles")
+        f"{path.name}: the References section cites its sources with {{cite}} roles"
+    )
 
 
 @pytest.mark.parametrize("path", _chapter_params())
@@ -145,15 +168,18 @@ def test_no_measured_figure_is_typed_into_the_prose(path: Path) -> None:
     found = []
     for i, text in enumerate(_markdown_cells(path)):
         flat = re.sub(r"\s+", " ", text)
-        flat = re.sub(r"```yaml.*?```", "", flat)   # a workflow file shown as code, not prose
+        flat = re.sub(r"```yaml.*?```", "", flat)  # a workflow file shown as code, not prose
         for phrase in allowed:
             flat = re.sub(phrase, "", flat)
-        found += [f"cell {i}: ...{flat[max(0, m.start() - 30):m.end() + 10]}..."
-                  for m in MEASURED.finditer(flat)]
+        found += [
+            f"cell {i}: ...{flat[max(0, m.start() - 30) : m.end() + 10]}..."
+            for m in MEASURED.finditer(flat)
+        ]
     assert not found, (
         f"{path.name}: measured figures typed by hand; compute them in a cell and paste them "
         "with myst-nb's glue ({glue:text}`name:.1f`), or add a constant to ALLOWED with its "
-        "reason:\n" + "\n".join(found))
+        "reason:\n" + "\n".join(found)
+    )
 
 
 @pytest.mark.parametrize("path", _chapter_params())
@@ -167,11 +193,29 @@ def test_markdown_has_no_control_characters(path: Path) -> None:
 
 @pytest.mark.foundation
 def test_the_figure_regex_catches_what_it_should() -> None:
-    caught = ["grows about 240x", "32 GiB at 16k", "about 40%", "1.25-1.4x backward",
-              "takes 4.2 ms", "0.45 s of compute", "505-535 TFLOP/s", r"$50\%$", r"$0.9\times$",
-              "25 MB/s"]
-    passed = ["a 128 x 64 tile", "{glue:text}`ratio:.0f`x", "{glue:text}`share:.0%`",
-              "batch 32", "N=16384", "2 for $\\tau=0$", "Lab 1", "float32", "bf16"]
+    caught = [
+        "grows about 240x",
+        "32 GiB at 16k",
+        "about 40%",
+        "1.25-1.4x backward",
+        "takes 4.2 ms",
+        "0.45 s of compute",
+        "505-535 TFLOP/s",
+        r"$50\%$",
+        r"$0.9\times$",
+        "25 MB/s",
+    ]
+    passed = [
+        "a 128 x 64 tile",
+        "{glue:text}`ratio:.0f`x",
+        "{glue:text}`share:.0%`",
+        "batch 32",
+        "N=16384",
+        "2 for $\\tau=0$",
+        "Lab 1",
+        "float32",
+        "bf16",
+    ]
     for text in caught:
         assert MEASURED.search(text), f"the regex misses a typed figure in {text!r}"
     for text in passed:
@@ -204,11 +248,14 @@ def test_external_links_are_https_and_not_placeholders() -> None:
         links.append((f"references.bib:{key}", url.group(1)))
     for path in [*CHAPTERS, BOOK / "intro.md", BOOK / "glossary.md"]:
         text = "\n".join(_markdown_cells(path)) if path.suffix == ".ipynb" else path.read_text()
-        text = re.sub(r"```yaml.*?```", "", text, flags=re.DOTALL)   # code, not links
+        text = re.sub(r"```yaml.*?```", "", text, flags=re.DOTALL)  # code, not links
         links += [(path.name, u) for u in re.findall(r"\b(?:https?|ftp)://[^\s)>\]`\"']+", text)]
     assert links
-    bad = [f"{where}: {url}" for where, url in links
-           if not url.startswith("https://") or PLACEHOLDER.search(url)]
+    bad = [
+        f"{where}: {url}"
+        for where, url in links
+        if not url.startswith("https://") or PLACEHOLDER.search(url)
+    ]
     assert not bad, "external links must be https and real:\n" + "\n".join(bad)
 
 
@@ -220,8 +267,9 @@ def _labels() -> set[str]:
 
 def _ref_targets(text: str) -> list[str]:
     """The labels of `{ref}` roles: {ref}`label` and {ref}`text <label>`."""
-    return [m.group(2) or m.group(1)
-            for m in re.finditer(r"\{ref\}`([^`<]*?)\s*(?:<([^`>]+)>)?`", text)]
+    return [
+        m.group(2) or m.group(1) for m in re.finditer(r"\{ref\}`([^`<]*?)\s*(?:<([^`>]+)>)?`", text)
+    ]
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in LAB_PAGES])
@@ -231,22 +279,28 @@ def test_lab_intro_links_back_to_its_chapter_sections(path: Path) -> None:
     intro = _ref_targets(cells[0])
     assert any(t.startswith(f"ch{chapter}-") for t in intro), (
         f"{path.name}: its first cell should link the chapter {chapter} sections it uses with "
-        f"{{ref}}`text <ch{chapter}-...>` roles; found {intro}")
+        f"{{ref}}`text <ch{chapter}-...>` roles; found {intro}"
+    )
     chapter_file = next(p.name for p in CHAPTERS if p.name.startswith(f"0{chapter}_"))
-    assert f"](../{chapter_file})" in cells[0], f"{path.name}: link [Chapter {chapter}](../{chapter_file})"
+    assert f"](../{chapter_file})" in cells[0], (
+        f"{path.name}: link [Chapter {chapter}](../{chapter_file})"
+    )
     unknown = sorted(set(_ref_targets("\n".join(cells))) - _labels())
     assert not unknown, f"{path.name}: {{ref}} roles to labels no chapter defines: {unknown}"
 
 
 @pytest.mark.foundation
 def test_ref_targets_and_the_progression_in_the_intro() -> None:
-    assert _ref_targets("see {ref}`ch1-why-fusion` and {ref}`the softmax <ch1-the-online-softmax>`"
-                        ) == ["ch1-why-fusion", "ch1-the-online-softmax"]
+    assert _ref_targets(
+        "see {ref}`ch1-why-fusion` and {ref}`the softmax <ch1-the-online-softmax>`"
+    ) == ["ch1-why-fusion", "ch1-the-online-softmax"]
     assert "ch1-why-fusion" in _labels() and "ch1-no-such-section" not in _labels()
     intro = (BOOK / "intro.md").read_text()
     progression = intro.split("(intro-labs-progression)=")[1]
     for lab in LAB_PAGES:
-        assert f"](labs/{lab.name})" in progression, f"intro.md: the progression table misses {lab.name}"
+        assert f"](labs/{lab.name})" in progression, (
+            f"intro.md: the progression table misses {lab.name}"
+        )
     assert "stretch" in progression
     lab1 = next(p for p in LAB_PAGES if p.name.startswith("01_"))
     assert any(c.startswith("## Exercise 3 (stretch)") for c in _markdown_cells(lab1))

@@ -7,16 +7,23 @@ from mlinfra_lab.ci.notebook_record import failure_reason, record_notebooks
 
 def _notebook(path, *sources):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, path)
     return path
 
 
 def test_failure_reason_keeps_the_cause_and_drops_the_banner():
-    text = ("\x1b[91mNotebook cell execution failed\x1b[0m\n\x1b[94mCell 3: Cell execution caused "
-            "an exception\n\nInput:\n1/0\nTraceback:\n...\nZeroDivisionError: division by zero\n")
-    assert failure_reason(text) == ("Cell 3: Cell execution caused an exception | "
-                                    "ZeroDivisionError: division by zero")
+    text = (
+        "\x1b[91mNotebook cell execution failed\x1b[0m\n\x1b[94mCell 3: Cell execution caused "
+        "an exception\n\nInput:\n1/0\nTraceback:\n...\nZeroDivisionError: division by zero\n"
+    )
+    assert failure_reason(text) == (
+        "Cell 3: Cell execution caused an exception | ZeroDivisionError: division by zero"
+    )
     assert failure_reason("") == "failed"
 
 

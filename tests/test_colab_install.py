@@ -35,8 +35,10 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ["book/04_tracking.ipynb", "labs/01_fused_attention.ipynb"]
 TORCH = os.environ.get("TORCH_CPU_PIN", "torch==2.13.0")
-PROBE = ("import json, sys, mlinfra_lab, torch\n"
-         "print('PROBE', json.dumps([mlinfra_lab.__file__, sys.executable, torch.__version__]))")
+PROBE = (
+    "import json, sys, mlinfra_lab, torch\n"
+    "print('PROBE', json.dumps([mlinfra_lab.__file__, sys.executable, torch.__version__]))"
+)
 
 # Runs inside the fresh venv: execute each notebook in the folder given, print one JSON line.
 RUNNER = """
@@ -65,20 +67,32 @@ print(json.dumps(report))
 
 def _clean_env(venv: Path) -> dict[str, str]:
     """The caller's environment less anything that points into the checkout or another venv."""
-    drop = {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "JUPYTER_PATH",
-            "TRITON_INTERPRET"}
+    drop = {
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "VIRTUAL_ENV",
+        "JUPYTER_PATH",
+        "TRITON_INTERPRET",
+    }
     env = {k: v for k, v in os.environ.items() if k not in drop and str(ROOT) not in v}
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if str(ROOT) not in p]
     env["PATH"] = os.pathsep.join([str(venv / "bin"), *path])
     # No byte-compiling at install: torch alone has thousands of modules the notebooks never import.
-    env |= {"PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_COMPILE": "1",
-            "VIRTUAL_ENV": str(venv)}
+    env |= {
+        "PIP_NO_INPUT": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_COMPILE": "1",
+        "VIRTUAL_ENV": str(venv),
+    }
     return env
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int) -> str:
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert out.returncode == 0, f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    assert out.returncode == 0, (
+        f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    )
     return out.stdout
 
 
@@ -90,50 +104,77 @@ def _copy_sources(dest: Path) -> None:
     for name in files:
         shutil.copy2(ROOT / name, dest / name)
     for name in folders:
-        shutil.copytree(ROOT / name, dest / name,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        shutil.copytree(
+            ROOT / name,
+            dest / name,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+        )
 
 
 def _expected_wheel_files() -> set[str]:
     """Every module of the package and every committed result, as wheel paths."""
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "mlinfra_lab").rglob("*.py")}
-    results = {f"mlinfra_lab/_results/{p.name}" for p in (ROOT / "benchmarks" / "results").iterdir()
-               if p.is_file()}
+    results = {
+        f"mlinfra_lab/_results/{p.name}"
+        for p in (ROOT / "benchmarks" / "results").iterdir()
+        if p.is_file()
+    }
     return modules | results
 
 
 @pytest.mark.foundation
 def test_pyproject_lists_every_sub_package() -> None:
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "mlinfra_lab").rglob("__init__.py")}
-    assert found <= listed, f"add {sorted(found - listed)} to [tool.setuptools] packages in pyproject.toml"
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "mlinfra_lab").rglob("__init__.py")
+    }
+    assert found <= listed, (
+        f"add {sorted(found - listed)} to [tool.setuptools] packages in pyproject.toml"
+    )
 
 
 @pytest.mark.foundation
 def test_requirements_txt_lists_the_course_extra() -> None:
     def names(lines: list[str]) -> set[str]:
-        found = (re.match(r"\s*([A-Za-z0-9_.-]+)", line) for line in lines if not line.lstrip().startswith("#"))
+        found = (
+            re.match(r"\s*([A-Za-z0-9_.-]+)", line)
+            for line in lines
+            if not line.lstrip().startswith("#")
+        )
         return {m[1].lower().replace("_", "-") for m in found if m}
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = names(project["dependencies"] + project["optional-dependencies"]["course"])
     listed = names((ROOT / "requirements.txt").read_text().splitlines())
-    assert wanted <= listed, f"add {sorted(wanted - listed)} to requirements.txt (the course extra has them)"
+    assert wanted <= listed, (
+        f"add {sorted(wanted - listed)} to requirements.txt (the course extra has them)"
+    )
 
 
 @pytest.mark.install
 @pytest.mark.timeout(1500)
-def test_wheel_with_course_extra_runs_a_chapter_and_a_lab_outside_the_checkout(tmp_path: Path) -> None:
+def test_wheel_with_course_extra_runs_a_chapter_and_a_lab_outside_the_checkout(
+    tmp_path: Path,
+) -> None:
     src, dist, venv, work = (tmp_path / n for n in ("src", "dist", "venv", "work"))
     for d in (src, dist, work):
         d.mkdir()
     _copy_sources(src)
     env = _clean_env(venv)
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(src), "-w", str(dist)],
-         tmp_path, env, 600)
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(src), "-w", str(dist)],
+        tmp_path,
+        env,
+        600,
+    )
     (wheel,) = dist.glob("mlinfra_lab-*.whl")
     missing = _expected_wheel_files() - set(zipfile.ZipFile(wheel).namelist())
-    assert not missing, f"the wheel lacks {sorted(missing)[:10]}: check pyproject's packages and package-data"
+    assert not missing, (
+        f"the wheel lacks {sorted(missing)[:10]}: check pyproject's packages and package-data"
+    )
 
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env, 300)
     python = str(venv / "bin" / "python")
@@ -143,15 +184,22 @@ def test_wheel_with_course_extra_runs_a_chapter_and_a_lab_outside_the_checkout(t
     for name in NOTEBOOKS:
         shutil.copy2(ROOT / name, work / Path(name).name)
     (tmp_path / "runner.py").write_text(RUNNER)
-    report = json.loads(_run([python, str(tmp_path / "runner.py"), str(work), PROBE],
-                             work, env, 1200).splitlines()[-1])
+    report = json.loads(
+        _run([python, str(tmp_path / "runner.py"), str(work), PROBE], work, env, 1200).splitlines()[
+            -1
+        ]
+    )
 
     assert sorted(report) == sorted(Path(n).name for n in NOTEBOOKS)
     for name, rep in report.items():
-        assert rep["error"] is None, f"{name} failed from the installed wheel:\n{rep['error'][-4000:]}"
+        assert rep["error"] is None, (
+            f"{name} failed from the installed wheel:\n{rep['error'][-4000:]}"
+        )
         probe = next(line for line in rep["stdout"].splitlines() if line.startswith("PROBE "))
         module, kernel_python, torch_version = json.loads(probe.removeprefix("PROBE "))
-        assert Path(module).is_relative_to(venv), f"{name}: mlinfra_lab came from {module}, not the venv"
+        assert Path(module).is_relative_to(venv), (
+            f"{name}: mlinfra_lab came from {module}, not the venv"
+        )
         assert Path(kernel_python).parent == venv / "bin", f"{name}: kernel ran {kernel_python}"
         assert "==" not in TORCH or torch_version.startswith(TORCH.split("==")[1]), (
             f"installing [course] replaced the preinstalled torch ({TORCH}) with {torch_version}"

@@ -50,8 +50,12 @@ def test_sizes_returns_a_copy_per_device_and_rejects_unknown_topics() -> None:
 def _fresh_python(code: str, **env: str) -> str:
     clean = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run(
-        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True,
-        check=True, timeout=120,
+        [sys.executable, "-c", code],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     return out.stdout.strip()
 
@@ -97,7 +101,9 @@ def test_info_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_console_script_is_installed() -> None:
     out = subprocess.run(
         [Path(sys.executable).with_name("mlinfra-lab"), "--help"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0 and "usage: mlinfra-lab" in out.stdout
 
@@ -126,7 +132,7 @@ def test_notebook_is_committed_clean_with_setup_cell_first(path: Path) -> None:
             assert not cell.outputs, f"{path.name}: commit notebooks with outputs cleared"
             assert cell.execution_count is None, f"{path.name}: clear execution counts"
     first_code = next(c for c in nb.cells if c.cell_type == "code")
-    assert "find_spec(\"mlinfra_lab\")" in first_code.source, (
+    assert 'find_spec("mlinfra_lab")' in first_code.source, (
         f"{path.name}: the first code cell must be the Colab set-up cell"
     )
     titles = [c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("# ")]
@@ -146,14 +152,18 @@ def test_the_gpu_notebook_record_is_complete_and_shown_in_the_readme() -> None:
     record = json.loads(records[-1].read_text())
     assert record["all_passed"] and record["device"]["device_name"] and record["date"]
     ran = {e["notebook"] for e in record["notebooks"]}
-    expected = {str(p.relative_to(ROOT)) for p in [*ROOT.glob("book/*.ipynb"),
-                                                   *ROOT.glob("labs/*.ipynb")]}
+    expected = {
+        str(p.relative_to(ROOT)) for p in [*ROOT.glob("book/*.ipynb"), *ROOT.glob("labs/*.ipynb")]
+    }
     assert ran == expected, f"notebooks not in the GPU record: {sorted(expected - ran)}"
-    assert all(e["slowest_cell_seconds"] <= record["cell_timeout_s"] <= 60
-               for e in record["notebooks"])
+    assert all(
+        e["slowest_cell_seconds"] <= record["cell_timeout_s"] <= 60 for e in record["notebooks"]
+    )
     readme = (ROOT / "README.md").read_text()
     assert records[-1].name in readme
     for e in record["notebooks"]:
-        row = (f"| `{e['notebook']}` | {e['cells']} | passed | {e['seconds']:.0f} | "
-               f"{e['slowest_cell_seconds']:.0f} |")
+        row = (
+            f"| `{e['notebook']}` | {e['cells']} | passed | {e['seconds']:.0f} | "
+            f"{e['slowest_cell_seconds']:.0f} |"
+        )
         assert row in readme, f"README's GPU table is not the record's: {row}"

@@ -48,9 +48,11 @@ from mlinfra_lab.grading import markers as course
 pytestmark = pytest.mark.grading
 
 FORBID = ["mlinfra_lab.grading.markers.checksum"]
-MESSAGE = ("ForbiddenCallError: exercise {}: your code called "
-           "mlinfra_lab.grading.markers.checksum, the course's own implementation; "
-           "write it yourself")
+MESSAGE = (
+    "ForbiddenCallError: exercise {}: your code called "
+    "mlinfra_lab.grading.markers.checksum, the course's own implementation; "
+    "write it yourself"
+)
 OTHER_SECRET = "not-the-release-secret-8c1f"
 CELL_TIMEOUT = "30"
 
@@ -62,8 +64,10 @@ def _code(cell_id: str, text: str, **metadata) -> nbformat.NotebookNode:
 
 
 def _wrong(cell_id: str, exercise: str, why: str, text: str, **more) -> nbformat.NotebookNode:
-    cell = new_raw_cell(textwrap.dedent(text).strip(), metadata={
-        "tags": ["wrong-answer"], "exercise": exercise, "why": why, **more})
+    cell = new_raw_cell(
+        textwrap.dedent(text).strip(),
+        metadata={"tags": ["wrong-answer"], "exercise": exercise, "why": why, **more},
+    )
     cell.id = cell_id
     return cell
 
@@ -78,65 +82,127 @@ def _grader(cell_id: str, exercise: str, points: int, text: str, forbid=()):
 def _lab_cells(grader_calls_forbidden: bool = False) -> list:
     cells = [
         new_markdown_cell("# Guarded lab"),
-        _code("setup", """
+        _code(
+            "setup",
+            """
             import hashlib
             import numpy as np
-            from mlinfra_lab.grading import grading_rng"""),
-        _code("checksum-solution", """
+            from mlinfra_lab.grading import grading_rng""",
+        ),
+        _code(
+            "checksum-solution",
+            """
             def my_checksum(text):
                 ### BEGIN SOLUTION
                 return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-                ### END SOLUTION""", exercise="checksum"),
-        _grader("checksum-grader", "checksum", 1, """
+                ### END SOLUTION""",
+            exercise="checksum",
+        ),
+        _grader(
+            "checksum-grader",
+            "checksum",
+            1,
+            """
             assert my_checksum("abc") == "sha256:" + hashlib.sha256(b"abc").hexdigest(), \\
-                "my_checksum('abc') is not 'sha256:' + the hex digest" """, FORBID),
-        _wrong("checksum-wrong", "checksum", "calls the course's own checksum", """
+                "my_checksum('abc') is not 'sha256:' + the hex digest" """,
+            FORBID,
+        ),
+        _wrong(
+            "checksum-wrong",
+            "checksum",
+            "calls the course's own checksum",
+            """
             from mlinfra_lab.grading.markers import checksum as _course_checksum
 
             def my_checksum(text):
-                return _course_checksum(text)"""),
-        _code("digest-solution", """
+                return _course_checksum(text)""",
+        ),
+        _code(
+            "digest-solution",
+            """
             def my_digest(text):
                 ### BEGIN SOLUTION
                 return hashlib.sha256(text.encode()).hexdigest()
-                ### END SOLUTION""", exercise="digest"),
-        _grader("digest-grader", "digest", 1, """
+                ### END SOLUTION""",
+            exercise="digest",
+        ),
+        _grader(
+            "digest-grader",
+            "digest",
+            1,
+            """
             assert my_digest("xyz") == hashlib.sha256(b"xyz").hexdigest(), \\
-                "my_digest('xyz') is not the hex digest" """, FORBID),
-        _code("lab-helper", '''
+                "my_digest('xyz') is not the hex digest" """,
+            FORBID,
+        ),
+        _code(
+            "lab-helper",
+            '''
             def lab_double(x):
                 """The course's wrapper the grader calls (read-only)."""
-                return double(np.asarray(x, dtype=float))''', tags=["readonly"]),
-        _code("double-solution", """
+                return double(np.asarray(x, dtype=float))''',
+            tags=["readonly"],
+        ),
+        _code(
+            "double-solution",
+            """
             def double(x):
                 ### BEGIN SOLUTION
                 return 2 * x
-                ### END SOLUTION""", exercise="double"),
-        _grader("double-grader", "double", 2, """
+                ### END SOLUTION""",
+            exercise="double",
+        ),
+        _grader(
+            "double-grader",
+            "double",
+            2,
+            """
             # the hidden test draws its inputs from the grading secret
             ### BEGIN HIDDEN TESTS
             x = grading_rng("double").normal(size=4)
             assert np.allclose(lab_double(x), 2 * x), "double(x) must be 2 * x"
-            ### END HIDDEN TESTS"""),
-        _wrong("double-wrong-triple", "double", "triples instead of doubling", """
+            ### END HIDDEN TESTS""",
+        ),
+        _wrong(
+            "double-wrong-triple",
+            "double",
+            "triples instead of doubling",
+            """
             def double(x):
-                return 3 * x"""),
-        _wrong("double-wrong-passes", "double", "x + x (which is right: the graders pass)",
-               """
+                return 3 * x""",
+        ),
+        _wrong(
+            "double-wrong-passes",
+            "double",
+            "x + x (which is right: the graders pass)",
+            """
             def double(x):
-                return x + x""", replaces="double-solution"),
+                return x + x""",
+            replaces="double-solution",
+        ),
     ]
     if grader_calls_forbidden:  # a grader that itself calls a function it forbids
-        cells.append(_grader("digest-grader-2", "digest", 1, """
+        cells.append(
+            _grader(
+                "digest-grader-2",
+                "digest",
+                1,
+                """
             assert my_digest("q") == course_checksum("q")[7:], "my_digest('q') is wrong" """,
-                             FORBID))
+                FORBID,
+            )
+        )
         cells[1].source += "\nfrom mlinfra_lab.grading.markers import checksum as course_checksum"
     return cells
 
 
 def _write_lab(path: Path, **options) -> Path:
-    nb = new_notebook(cells=_lab_cells(**options), metadata={"kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb = new_notebook(
+        cells=_lab_cells(**options),
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(path))
     return path
@@ -151,8 +217,11 @@ def _cell(nb, cell_id):
 
 def test_forbidden_calls_fail_through_aliases_threads_and_a_swallowed_error():
     alias = course.checksum  # bound before the guard, as a student's earlier cell would
-    with pytest.raises(ForbiddenCallError, match="exercise ex1: your code called "
-                       r"mlinfra_lab.grading.markers.checksum, the course's own"):
+    with pytest.raises(
+        ForbiddenCallError,
+        match="exercise ex1: your code called "
+        r"mlinfra_lab.grading.markers.checksum, the course's own",
+    ):
         with forbid_calls(FORBID, exercise="ex1"):
             alias("x")
     with pytest.raises(ForbiddenCallError, match="exercise ex2"):
@@ -161,12 +230,15 @@ def test_forbidden_calls_fail_through_aliases_threads_and_a_swallowed_error():
                 {"f": course.checksum}["f"]("x")
             except ForbiddenCallError:
                 pass  # the student's code swallows it: leaving the block raises it again
+
     def in_a_thread():
         with contextlib.suppress(ForbiddenCallError):  # the thread swallows it too
             alias("x")
 
-    with pytest.raises(ForbiddenCallError, match="exercise ex3"), \
-            forbid_calls(FORBID, exercise="ex3"):
+    with (
+        pytest.raises(ForbiddenCallError, match="exercise ex3"),
+        forbid_calls(FORBID, exercise="ex3"),
+    ):
         worker = threading.Thread(target=in_a_thread)
         worker.start()
         worker.join()
@@ -178,8 +250,10 @@ def test_forbidden_calls_fail_through_aliases_threads_and_a_swallowed_error():
 def test_a_class_forbids_the_functions_of_its_body():
     from mlinfra_lab.grading.execute import ExecutionConfig
 
-    with pytest.raises(ForbiddenCallError, match=r"ExecutionConfig\.__init__"), \
-            forbid_calls(["mlinfra_lab.grading.execute.ExecutionConfig"], exercise="cls"):
+    with (
+        pytest.raises(ForbiddenCallError, match=r"ExecutionConfig\.__init__"),
+        forbid_calls(["mlinfra_lab.grading.execute.ExecutionConfig"], exercise="cls"),
+    ):
         ExecutionConfig(cell_timeout=1.0)
 
 
@@ -189,8 +263,10 @@ def test_the_guard_fails_closed_and_restores_the_previous_profile(monkeypatch):
 
     sys.setprofile(previous)
     try:
-        with pytest.raises(CallGuardError, match="removed while the grader ran"), \
-                forbid_calls(FORBID, exercise="ex"):
+        with (
+            pytest.raises(CallGuardError, match="removed while the grader ran"),
+            forbid_calls(FORBID, exercise="ex"),
+        ):
             sys.setprofile(None)  # a student switching the guard off
         assert sys.getprofile() is previous
     finally:
@@ -201,11 +277,14 @@ def test_the_guard_fails_closed_and_restores_the_previous_profile(monkeypatch):
             pass
 
 
-@pytest.mark.parametrize("name, match", [
-    ("numpy.exp", "must be the dotted path"),
-    ("mlinfra_lab.grading.markers.no_such_function", "does not resolve"),
-    ("mlinfra_lab.grading.markers.GRADER_TAG", "not a Python function"),
-])
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("numpy.exp", "must be the dotted path"),
+        ("mlinfra_lab.grading.markers.no_such_function", "does not resolve"),
+        ("mlinfra_lab.grading.markers.GRADER_TAG", "not a Python function"),
+    ],
+)
 def test_forbid_names_are_validated(name, match):
     with pytest.raises(MarkerError, match=match):
         forbid_calls([name], exercise="ex")
@@ -226,7 +305,10 @@ def test_guard_source_indents_the_grader_but_not_its_multiline_strings():
 def test_release_drops_wrong_answers_locks_readonly_cells_and_keeps_graders_plain(tmp_path):
     lab = load_source_labs(_write_lab(tmp_path / "guarded.ipynb"))["guarded"]
     assert [w.cell_id for w in lab.wrong_answers] == [
-        "checksum-wrong", "double-wrong-triple", "double-wrong-passes"]
+        "checksum-wrong",
+        "double-wrong-triple",
+        "double-wrong-passes",
+    ]
     assert {w.replaces for w in lab.wrong_answers} == {"checksum-solution", "double-solution"}
     released = release_node(lab.notebook, "guarded")
     assert not any("wrong-answer" in c.metadata.get("tags", []) for c in released.cells)
@@ -247,7 +329,8 @@ def test_release_drops_wrong_answers_locks_readonly_cells_and_keeps_graders_plai
     assert _cell(restored, "lab-helper").source == _cell(lab.notebook, "lab-helper").source
     assert "read-only cell lab-helper was edited" in notes["lab-helper"].message
     assert _cell(restored, "checksum-grader").source.startswith(
-        "from mlinfra_lab.grading.forbid import forbid_calls")
+        "from mlinfra_lab.grading.forbid import forbid_calls"
+    )
     deleted = copy.deepcopy(released)
     deleted.cells = [c for c in released.cells if c.id != "lab-helper"]
     restored, notes = restore_graders(deleted, lab)
@@ -261,20 +344,45 @@ def _malformed(cells_edit) -> list:
     return cells
 
 
-@pytest.mark.parametrize("edit, cell_id, match", [
-    (lambda cs: cs[4].update(cell_type="code", outputs=[], execution_count=None),
-     "checksum-wrong", "make it a raw cell"),
-    (lambda cs: cs[4].metadata.update(exercise="nope"), "checksum-wrong", "no grader"),
-    (lambda cs: cs[4].metadata.update(replaces="checksum-grader"), "checksum-wrong",
-     "not a code cell of the student's"),
-    (lambda cs: cs[5].metadata.update(exercise="checksum"), "checksum-wrong",
-     "2 solution cells"),
-    (lambda cs: cs[7].update(source="### BEGIN SOLUTION\nx = 1\n### END SOLUTION"),
-     "lab-helper", "holds solution or hidden-test markers"),
-    (lambda cs: cs[3].metadata.update(forbid=["mlinfra_lab.grading.markers.nope"]),
-     "checksum-grader", "does not resolve"),
-], ids=["wrong-answer-not-raw", "unknown-exercise", "replaces-a-grader",
-        "two-solution-cells", "markers-in-readonly", "unresolved-forbid"])
+@pytest.mark.parametrize(
+    "edit, cell_id, match",
+    [
+        (
+            lambda cs: cs[4].update(cell_type="code", outputs=[], execution_count=None),
+            "checksum-wrong",
+            "make it a raw cell",
+        ),
+        (lambda cs: cs[4].metadata.update(exercise="nope"), "checksum-wrong", "no grader"),
+        (
+            lambda cs: cs[4].metadata.update(replaces="checksum-grader"),
+            "checksum-wrong",
+            "not a code cell of the student's",
+        ),
+        (
+            lambda cs: cs[5].metadata.update(exercise="checksum"),
+            "checksum-wrong",
+            "2 solution cells",
+        ),
+        (
+            lambda cs: cs[7].update(source="### BEGIN SOLUTION\nx = 1\n### END SOLUTION"),
+            "lab-helper",
+            "holds solution or hidden-test markers",
+        ),
+        (
+            lambda cs: cs[3].metadata.update(forbid=["mlinfra_lab.grading.markers.nope"]),
+            "checksum-grader",
+            "does not resolve",
+        ),
+    ],
+    ids=[
+        "wrong-answer-not-raw",
+        "unknown-exercise",
+        "replaces-a-grader",
+        "two-solution-cells",
+        "markers-in-readonly",
+        "unresolved-forbid",
+    ],
+)
 def test_malformed_guards_are_marker_errors_naming_the_cell(tmp_path, edit, cell_id, match):
     nb = new_notebook(cells=_malformed(edit))
     nbformat.write(nb, str(tmp_path / "bad.ipynb"))
@@ -334,11 +442,25 @@ def _grade(tmp: Path, lab: Path, subs: dict[str, object], *secret: str):
     for name, nb in subs.items():
         nbformat.write(nb, str(tmp / f"{name}.ipynb"))
     out, err, stdout = tmp / "gradebook", io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err), \
-            contextlib.redirect_stdout(stdout):
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        contextlib.redirect_stderr(err),
+        contextlib.redirect_stdout(stdout),
+    ):
         mp.delenv(SECRET_ENV, raising=False)
-        code = main(["grade", *[str(tmp / f"{n}.ipynb") for n in subs], "--source", str(lab),
-                     "--out", str(out), "--timeout", CELL_TIMEOUT, *secret])
+        code = main(
+            [
+                "grade",
+                *[str(tmp / f"{n}.ipynb") for n in subs],
+                "--source",
+                str(lab),
+                "--out",
+                str(out),
+                "--timeout",
+                CELL_TIMEOUT,
+                *secret,
+            ]
+        )
     rows: dict[str, dict[str, dict]] = {}
     with open(out / "gradebook.csv", newline="") as fh:
         for row in csv.DictReader(fh):
@@ -360,19 +482,25 @@ def graded(tmp_path_factory):
     hard_coded = f"def double(x):\n    return np.array({seen.tolist()!r})"
     subs = {
         "alice": _submission(source, lab_helper=None),
-        "mallory": _submission(source, checksum_solution=SWALLOWED, digest_solution=ALIASED,
-                               double_solution=SHADOWED),
-        "trudy": _submission(source, checksum_solution=DIRECT, double_solution="""
+        "mallory": _submission(
+            source, checksum_solution=SWALLOWED, digest_solution=ALIASED, double_solution=SHADOWED
+        ),
+        "trudy": _submission(
+            source,
+            checksum_solution=DIRECT,
+            double_solution="""
             def double(x):
                 raise NotImplementedError("double: write your solution here")""",
-            lab_helper="def lab_double(x):\n    return 2 * np.asarray(x, dtype=float)"),
+            lab_helper="def lab_double(x):\n    return 2 * np.asarray(x, dtype=float)",
+        ),
         "eve": _submission(source, double_solution=hard_coded),
     }
     (tmp / "one").mkdir()
     (tmp / "two").mkdir()
     first = _grade(tmp / "one", lab, subs)
-    second = _grade(tmp / "two", lab, {k: subs[k] for k in ("alice", "eve")},
-                    "--secret", OTHER_SECRET)
+    second = _grade(
+        tmp / "two", lab, {k: subs[k] for k in ("alice", "eve")}, "--secret", OTHER_SECRET
+    )
     return first, second
 
 
@@ -425,10 +553,16 @@ def test_validate_names_wrong_answers_that_pass_and_exercises_without_any(tmp_pa
     assert main(["validate", str(lab), "--timeout", CELL_TIMEOUT]) == 1
     fails = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("FAIL:")]
     assert len(fails) == 3, fails
-    assert any("exercise double, cell double-wrong-passes" in ln and "x + x" in ln
-               and "passes every grader" in ln for ln in fails), fails
+    assert any(
+        "exercise double, cell double-wrong-passes" in ln
+        and "x + x" in ln
+        and "passes every grader" in ln
+        for ln in fails
+    ), fails
     assert any("exercise digest:" in ln and "no wrong answer" in ln for ln in fails), fails
-    assert any("cell digest-grader-2" in ln and "fails on the source" in ln
-               and "ForbiddenCallError" in ln for ln in fails), fails
+    assert any(
+        "cell digest-grader-2" in ln and "fails on the source" in ln and "ForbiddenCallError" in ln
+        for ln in fails
+    ), fails
     # caught: the triple (its grader fails) and the course's checksum (the guard refuses it)
     assert not any("double-wrong-triple" in ln or "checksum-wrong" in ln for ln in fails)

@@ -87,19 +87,26 @@ def graded(tmp_path_factory):
     honest = _student_copy()
     _write(honest, subs / "alice" / "00_warmup.ipynb")  # the honest neighbour
     _write(honest, subs / "=1+1" / "00_warmup.ipynb")  # a formula as a folder name
-    _write(_student_copy(softmax_solution="raise NotImplementedError"),
-           subs / "bob" / "alice_00_warmup.ipynb")  # named after alice, in bob's folder
+    _write(
+        _student_copy(softmax_solution="raise NotImplementedError"),
+        subs / "bob" / "alice_00_warmup.ipynb",  # named after alice, in bob's folder
+    )
     _write(honest, subs / "carol" / "00_warmup.ipynb")  # carol's own, in her folder
-    impostor = _write(release_node(nbformat.read(str(WARMUP), as_version=4), "00_warmup"),
-                      subs / "carol_00_warmup.ipynb")  # a blank copy named after carol
+    impostor = _write(
+        release_node(nbformat.read(str(WARMUP), as_version=4), "00_warmup"),
+        subs / "carol_00_warmup.ipynb",  # a blank copy named after carol
+    )
     (subs / "gina").mkdir()
     (subs / "gina" / "00_warmup.ipynb").write_text(
-        nbformat.writes(nbformat.convert(honest, 3), version=3))  # nbformat 3
-    mallory = _insert_before(_student_copy(softmax_solution=HOARD), "lse-solution",
-                             "print('x' * 3_000_000)")  # 3 MB of output, cut at 1 MiB
+        nbformat.writes(nbformat.convert(honest, 3), version=3)  # nbformat 3
+    )
+    # 3 MB of output, cut at 1 MiB
+    mallory = _insert_before(
+        _student_copy(softmax_solution=HOARD), "lse-solution", "print('x' * 3_000_000)"
+    )
     _write(mallory, subs / "mallory" / "00_warmup.ipynb")
-    tim = _insert_before(_student_copy(), "lse-solution",
-                         *["import time\ntime.sleep(9)"] * 4)  # each cell under --timeout
+    # each cell under --timeout
+    tim = _insert_before(_student_copy(), "lse-solution", *["import time\ntime.sleep(9)"] * 4)
     _write(tim, subs / "tim" / "00_warmup.ipynb")
     many = _student_copy()
     many.cells += [nbformat.v4.new_markdown_cell("") for _ in range(DEFAULT_MAX_CELLS)]
@@ -117,9 +124,19 @@ def graded(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv(SECRET_ENV, raising=False)
         # the impostor first on the command line: the file in carol's folder still wins
-        code, output = _run("grade", str(impostor), str(subs), "--source", str(WARMUP),
-                            "--out", str(out), "--timeout", "10",
-                            "--notebook-timeout", NOTEBOOK_TIMEOUT)
+        code, output = _run(
+            "grade",
+            str(impostor),
+            str(subs),
+            "--source",
+            str(WARMUP),
+            "--out",
+            str(out),
+            "--timeout",
+            "10",
+            "--notebook-timeout",
+            NOTEBOOK_TIMEOUT,
+        )
     rows: dict[str, dict[str, dict]] = {}
     with open(out / "gradebook.csv", newline="") as fh:
         for row in csv.DictReader(fh):
@@ -191,7 +208,8 @@ def test_a_formula_student_name_is_text_in_the_csv(graded):
 def test_oversize_and_too_many_cells_are_not_graded(graded):
     _, output, rows, _, _, subs = graded
     assert "over the limit of 20 MB (--max-size)" in _refused(
-        output, subs / "olga" / "00_warmup.ipynb")
+        output, subs / "olga" / "00_warmup.ipynb"
+    )
     line = _refused(output, subs / "ivan" / "00_warmup.ipynb")
     assert f"over the limit of {DEFAULT_MAX_CELLS} (--max-cells)" in line
     assert "--max-cells" in rows["ivan"][""]["message"]
@@ -237,8 +255,10 @@ def test_verify_passes_an_intact_gradebook_and_names_an_edited_file(graded, tmp_
 
 def _report() -> GradeReport:
     cells = (CellResult("c1", "ex", 0.0, 2.0, False, "-2 is wrong"),)
-    return GradeReport((GradeResult("@alice", "lab", "a.ipynb", cells, "ab" * 32),),
-                       (SubmissionProblem("b.ipynb", "a symbolic link", "+bob", "lab"),))
+    return GradeReport(
+        (GradeResult("@alice", "lab", "a.ipynb", cells, "ab" * 32),),
+        (SubmissionProblem("b.ipynb", "a symbolic link", "+bob", "lab"),),
+    )
 
 
 def test_csv_cells_that_a_spreadsheet_would_run_are_escaped(tmp_path):
@@ -285,14 +305,18 @@ def test_hard_links_and_special_files_are_reported_never_skipped(tmp_path):
     from mlinfra_lab.grading.submissions import find_submissions
 
     labs = load_source_labs(WARMUP)
-    carol = _write(release_node(labs["00_warmup"].notebook, "00_warmup"),
-                   tmp_path / "carol" / "00_warmup.ipynb")
+    carol = _write(
+        release_node(labs["00_warmup"].notebook, "00_warmup"),
+        tmp_path / "carol" / "00_warmup.ipynb",
+    )
     (tmp_path / "bob").mkdir()
     os.link(carol, tmp_path / "bob" / "00_warmup.ipynb")  # bob's path to carol's file
     os.mkfifo(tmp_path / "dan.ipynb")  # would block a plain open()
     subs, problems = find_submissions([tmp_path, carol], labs)  # carol's path named twice
     assert [(s.student, s.notes) for s in subs] == [
-        ("bob", (f"disputed: {carol} is a hard link to this same file",))]
+        ("bob", (f"disputed: {carol} is a hard link to this same file",))
+    ]
     assert sorted(p.message.split(" (")[0] for p in problems) == [
         "a FIFO, not a regular file: not read",
-        f"the same file as {tmp_path / 'bob' / '00_warmup.ipynb'}"]
+        f"the same file as {tmp_path / 'bob' / '00_warmup.ipynb'}",
+    ]

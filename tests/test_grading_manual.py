@@ -22,25 +22,35 @@ from mlinfra_lab.grading.manual import PENDING, PLACEHOLDER
 pytestmark = pytest.mark.grading
 SECRET = "manual-s3cret"
 MODEL = "The bound should be 4: the p99 delay measured in the run is 3.2 updates."
-ANSWER = "=HYPERLINK(\"x\") I would pick 4, since the delays stay under 4 in 99% of steps."
+ANSWER = '=HYPERLINK("x") I would pick 4, since the delays stay under 4 in 99% of steps.'
 
 
 def _lab() -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_code_cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n"
-                                  "    ### END SOLUTION", id="solution"),
-        nbformat.v4.new_code_cell("assert double(3) == 6", id="grader",
-                                  metadata={"tags": ["grader"], "points": 2,
-                                            "exercise": "double"}),
-        nbformat.v4.new_markdown_cell("**Question.** Which bound would you choose, and why?",
-                                      id="question"),
-        nbformat.v4.new_markdown_cell(MODEL, id="answer-bound",
-                                      metadata={"tags": ["manual"], "points": 3,
-                                                "exercise": "bound"}),
+        nbformat.v4.new_code_cell(
+            "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION",
+            id="solution",
+        ),
+        nbformat.v4.new_code_cell(
+            "assert double(3) == 6",
+            id="grader",
+            metadata={"tags": ["grader"], "points": 2, "exercise": "double"},
+        ),
+        nbformat.v4.new_markdown_cell(
+            "**Question.** Which bound would you choose, and why?", id="question"
+        ),
+        nbformat.v4.new_markdown_cell(
+            MODEL,
+            id="answer-bound",
+            metadata={"tags": ["manual"], "points": 3, "exercise": "bound"},
+        ),
     ]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     return nb
 
 
@@ -62,8 +72,18 @@ def graded(tmp_path_factory):
         nbformat.write(nb, str(root / "subs" / name / "05_bound.ipynb"))
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["grade", "--secret", SECRET, "--source", str(root / "labs"), "--out",
-                     str(root / "gb"), str(root / "subs")])
+        code = main(
+            [
+                "grade",
+                "--secret",
+                SECRET,
+                "--source",
+                str(root / "labs"),
+                "--out",
+                str(root / "gb"),
+                str(root / "subs"),
+            ]
+        )
     assert code == 0
     assert "2 / 5 (3 of them for written answers, to grade by hand" in out.getvalue()
     return root, root / "gb"
@@ -124,8 +144,9 @@ def test_merging_the_filled_in_sheet_updates_the_totals(graded, tmp_path):
         writer = csv.DictWriter(fh, fieldnames=list(sheet[0]))
         writer.writeheader()
         writer.writerows(sheet)
-    code, err = _cli(["grade", "--secret", SECRET, "--manual", str(gb / "manual.csv"),
-                      "--out", str(gb)])
+    code, err = _cli(
+        ["grade", "--secret", SECRET, "--manual", str(gb / "manual.csv"), "--out", str(gb)]
+    )
     assert code == 0, err
     book = json.loads((gb / "gradebook.json").read_text())
     totals = {r["student"]: r["points"] for r in book["results"]}
@@ -135,20 +156,33 @@ def test_merging_the_filled_in_sheet_updates_the_totals(graded, tmp_path):
     assert "graded by hand" in rows[("alice", "bound")]["message"]
     assert rows[("bob", "bound")]["message"].startswith(PENDING)
     assert {r["student"]: r["points"] for r in _rows(gb / "manual.csv")} == {
-        "alice": "2.5", "bob": ""}
+        "alice": "2.5",
+        "bob": "",
+    }
     assert verify_gradebook(gb, SECRET).ok, "the merged gradebook is sealed again"
 
 
-@pytest.mark.parametrize(("row", "expected"), [
-    ({"student": "mallory", "lab": "05_bound", "cell_id": "answer-bound", "points": "3"},
-     "no written answer of student 'mallory'"),
-    ({"student": "alice", "lab": "05_bound", "cell_id": "answer-bound", "points": "4"},
-     "give a number from 0 to 3"),
-    ({"student": "alice", "lab": "05_bound", "cell_id": "answer-bound", "points": "lots"},
-     "give a number from 0 to 3"),
-    ({"student": "alice", "lab": "05_bound", "cell_id": "grader", "points": "2"},
-     "no written answer of student 'alice'"),  # an auto-graded cell is not for hand points
-])
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        (
+            {"student": "mallory", "lab": "05_bound", "cell_id": "answer-bound", "points": "3"},
+            "no written answer of student 'mallory'",
+        ),
+        (
+            {"student": "alice", "lab": "05_bound", "cell_id": "answer-bound", "points": "4"},
+            "give a number from 0 to 3",
+        ),
+        (
+            {"student": "alice", "lab": "05_bound", "cell_id": "answer-bound", "points": "lots"},
+            "give a number from 0 to 3",
+        ),
+        (  # an auto-graded cell is not for hand points
+            {"student": "alice", "lab": "05_bound", "cell_id": "grader", "points": "2"},
+            "no written answer of student 'alice'",
+        ),
+    ],
+)
 def test_a_wrong_sheet_row_is_refused_naming_its_line(graded, tmp_path, row, expected):
     _, gb = graded
     gb = _copy(gb, tmp_path / "gb")
@@ -174,12 +208,15 @@ def test_an_edited_gradebook_is_not_merged(graded, tmp_path):
     assert code == 2 and "fails verification" in err
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    ({"cell_type": "code"}, "written answers are markdown cells"),
-    ({"points": None}, "'points' must be a number > 0"),
-    ({"exercise": ""}, "'exercise' must name the exercise"),
-    ({"tags": ["manual", "grader"]}, "also tagged grader or readonly"),
-])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"cell_type": "code"}, "written answers are markdown cells"),
+        ({"points": None}, "'points' must be a number > 0"),
+        ({"exercise": ""}, "'exercise' must name the exercise"),
+        ({"tags": ["manual", "grader"]}, "also tagged grader or readonly"),
+    ],
+)
 def test_a_malformed_manual_cell_is_named(change, expected):
     nb = _lab()
     cell = nb.cells[3]
@@ -206,19 +243,31 @@ def test_a_hostile_answer_cell_gains_nothing(tmp_path):
         k = next(i for i, c in enumerate(nb.cells) if c.get("id") == "answer-bound")
         if name == "mallory":
             nb.cells[k] = nbformat.v4.new_code_cell(
-                "open('pwned', 'w').write('x')  # my answer", id="answer-bound",
-                metadata={"tags": ["manual"], "points": 100, "exercise": "bound"})
+                "open('pwned', 'w').write('x')  # my answer",
+                id="answer-bound",
+                metadata={"tags": ["manual"], "points": 100, "exercise": "bound"},
+            )
         else:
             nb.cells[k].source = "x" * (1 << 20)
         (tmp_path / "subs" / name).mkdir(parents=True)
         nbformat.write(nb, str(tmp_path / "subs" / name / "05_bound.ipynb"))
-    code, _ = _cli(["grade", "--source", str(tmp_path / "labs"), "--out", str(tmp_path / "gb"),
-                    str(tmp_path / "subs")])
+    code, _ = _cli(
+        [
+            "grade",
+            "--source",
+            str(tmp_path / "labs"),
+            "--out",
+            str(tmp_path / "gb"),
+            str(tmp_path / "subs"),
+        ]
+    )
     assert code == 0
     sheet = {r["student"]: r for r in _rows(tmp_path / "gb" / "manual.csv")}
     assert sheet["mallory"]["max"] == "3" and sheet["mallory"]["answer"] == ""
     assert len(sheet["carol"]["answer"]) < MAX_ANSWER_CHARS + 100
-    totals = {r["student"]: r["max"] for r in json.loads(
-        (tmp_path / "gb" / "gradebook.json").read_text())["results"]}
+    totals = {
+        r["student"]: r["max"]
+        for r in json.loads((tmp_path / "gb" / "gradebook.json").read_text())["results"]
+    }
     assert totals == {"mallory": 5, "carol": 5}
     assert not (tmp_path / "subs" / "mallory" / "pwned").exists()

@@ -26,11 +26,18 @@ SOURCES = (("00_warmup", "/labs/00_warmup.ipynb", "cd" * 32),)
 
 def _chunk(tmp_path, name: str, students: list[str], problems=(), sources=SOURCES):
     results = tuple(
-        GradeResult(s, "00_warmup", f"{s}.ipynb",
-                    (CellResult("g1", "softmax", 2.0, 2.0, True, ""),
-                     CellResult("g2", "lse", 0.0, 2.0, False, "AssertionError: wrong")),
-                    "ab" * 32)
-        for s in students)
+        GradeResult(
+            s,
+            "00_warmup",
+            f"{s}.ipynb",
+            (
+                CellResult("g1", "softmax", 2.0, 2.0, True, ""),
+                CellResult("g2", "lse", 0.0, 2.0, False, "AssertionError: wrong"),
+            ),
+            "ab" * 32,
+        )
+        for s in students
+    )
     report = GradeReport(results, tuple(problems), sources=sources)
     write_gradebook(report, tmp_path / name, secret=SECRET)
     return tmp_path / name
@@ -45,8 +52,12 @@ def _merge(*args: str) -> tuple[int, str]:
 
 def test_chunks_merge_into_one_verified_gradebook(tmp_path):
     a = _chunk(tmp_path, "a", ["alice", "bob"])
-    b = _chunk(tmp_path, "b", ["carol"], [SubmissionProblem("x.ipynb", "a symbolic link",
-                                                            "dave", "00_warmup")])
+    b = _chunk(
+        tmp_path,
+        "b",
+        ["carol"],
+        [SubmissionProblem("x.ipynb", "a symbolic link", "dave", "00_warmup")],
+    )
     code, err = _merge(str(a), str(b), "--out", str(tmp_path / "all"))
     assert code == 1, "a chunk's ungraded input keeps the exit status 1"
     with open(tmp_path / "all" / "gradebook.csv", newline="") as fh:

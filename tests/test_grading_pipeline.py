@@ -113,10 +113,27 @@ def graded(tmp_path_factory):
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        code = main(["grade", str(paths[5]), str(paths[0]), str(paths[1]), str(subs / "carol"),
-                     str(bad[0]), str(paths[3]), str(bad[1]), str(paths[4]), str(bad[2]),
-                     str(bad[3]), "--source", str(WARMUP), "--out", str(out),
-                     "--timeout", CELL_TIMEOUT])
+        code = main(
+            [
+                "grade",
+                str(paths[5]),
+                str(paths[0]),
+                str(paths[1]),
+                str(subs / "carol"),
+                str(bad[0]),
+                str(paths[3]),
+                str(bad[1]),
+                str(paths[4]),
+                str(bad[2]),
+                str(bad[3]),
+                "--source",
+                str(WARMUP),
+                "--out",
+                str(out),
+                "--timeout",
+                CELL_TIMEOUT,
+            ]
+        )
     with open(out / "gradebook.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     by_student: dict[str, dict[str, dict]] = {}
@@ -176,8 +193,16 @@ def test_bad_inputs_are_reported_one_line_each_and_the_rest_graded(graded):
     assert code == 1, "grade must exit non-zero when an input could not be graded"
     lines = [ln for ln in stderr.splitlines() if ln.startswith("not graded:")]
     assert len(lines) == len(bad) == len(book["problems"])
-    for path, why in zip(bad, ["not a Jupyter notebook", "not a readable Jupyter notebook",
-                               "lab '01_fused_attention'", "no such file"], strict=True):
+    for path, why in zip(
+        bad,
+        [
+            "not a Jupyter notebook",
+            "not a readable Jupyter notebook",
+            "lab '01_fused_attention'",
+            "no such file",
+        ],
+        strict=True,
+    ):
         assert any(path in ln and why in ln for ln in lines), (path, why, lines)
     assert len(by_student) == 6
 

@@ -64,10 +64,15 @@ def test_release_strips_solutions_and_hidden_tests_and_clears_outputs(tmp_path):
     assert "shifted = x - x.max" not in text, "a solution line leaked into the release"
     assert "not log(softmax(x))" not in text, "a hidden test leaked into the release"
     stub = _cell(released, "softmax-solution").source.splitlines()
-    assert stub == ["def stable_softmax(x, axis=-1):",
-                    '    raise NotImplementedError("stable_softmax: write your solution here")']
-    assert all(c.outputs == [] and c.execution_count is None
-               for c in released.cells if c.cell_type == "code")
+    assert stub == [
+        "def stable_softmax(x, axis=-1):",
+        '    raise NotImplementedError("stable_softmax: write your solution here")',
+    ]
+    assert all(
+        c.outputs == [] and c.execution_count is None
+        for c in released.cells
+        if c.cell_type == "code"
+    )
     assert released.metadata["mlinfra"]["lab"] == "00_warmup"
     assert [c.id for c in released.cells] == _student_ids(source)
     for g in grader_cells(source, "00_warmup"):
@@ -89,17 +94,24 @@ def test_release_command_writes_every_lab_of_a_folder(tmp_path, capsys):
 def test_solution_stub_keeps_the_span_indentation():
     src = "def f():\n    x = 1\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n"
     assert replace_solutions(src, "ex1") == (
-        'def f():\n    x = 1\n    raise NotImplementedError("ex1: write your solution here")')
+        'def f():\n    x = 1\n    raise NotImplementedError("ex1: write your solution here")'
+    )
 
 
-@pytest.mark.parametrize("source, metadata, match", [
-    ("### BEGIN SOLUTION\nx = 1", {}, "never closed"),
-    ("x = 1\n### END HIDDEN TESTS", {"tags": ["grader"], "points": 1, "exercise": "e"},
-     "without a"),
-    ("assert True", {"tags": ["grader"], "exercise": "e"}, "'points' must be a number"),
-    ("assert True", {"tags": ["grader"], "points": 1}, "'exercise' must name"),
-    ("### BEGIN HIDDEN TESTS\nassert 1\n### END HIDDEN TESTS", {}, "only sit in a grader"),
-])
+@pytest.mark.parametrize(
+    "source, metadata, match",
+    [
+        ("### BEGIN SOLUTION\nx = 1", {}, "never closed"),
+        (
+            "x = 1\n### END HIDDEN TESTS",
+            {"tags": ["grader"], "points": 1, "exercise": "e"},
+            "without a",
+        ),
+        ("assert True", {"tags": ["grader"], "exercise": "e"}, "'points' must be a number"),
+        ("assert True", {"tags": ["grader"], "points": 1}, "'exercise' must name"),
+        ("### BEGIN HIDDEN TESTS\nassert 1\n### END HIDDEN TESTS", {}, "only sit in a grader"),
+    ],
+)
 def test_malformed_markers_raise_an_error_naming_the_cell(source, metadata, match):
     cell = new_code_cell(source, metadata=metadata)
     cell.id = "bad-cell"
@@ -119,27 +131,34 @@ def test_restore_replaces_edited_graders_and_reinserts_deleted_ones():
     for g in lab.graders:  # full source text, hidden tests included (guarded if it forbids)
         assert _cell(restored, g.cell_id).source == g.run_source
     assert {k: n.status for k, n in notes.items() if k.endswith("-grader")} == {
-        "softmax-grader": "edited", "lse-grader": "deleted", "logsoftmax-grader": "as released"}
+        "softmax-grader": "edited",
+        "lse-grader": "deleted",
+        "logsoftmax-grader": "as released",
+    }
     assert notes["logsoftmax-grader"].message == ""
 
 
 def _tiny_lab(path: Path, graders: dict[str, str]) -> Path:
     """A lab with one solution cell and the given grader cells (id -> source), no torch."""
-    solution = new_code_cell(textwrap.dedent("""\
+    solution = new_code_cell(
+        textwrap.dedent("""\
         def double(x):
             ### BEGIN SOLUTION
             return 2 * x
-            ### END SOLUTION"""))
+            ### END SOLUTION""")
+    )
     solution.id = "solution"
     cells = [new_markdown_cell("# Tiny lab"), solution]
     for cell_id, text in graders.items():
-        cell = new_code_cell(text, metadata={"tags": ["grader"], "points": 1,
-                                             "exercise": "double"})
+        cell = new_code_cell(text, metadata={"tags": ["grader"], "points": 1, "exercise": "double"})
         cell.id = cell_id
         cells.append(cell)
-    nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3",
-                                                            "display_name": "Python 3",
-                                                            "language": "python"}})
+    nb = new_notebook(
+        cells=cells,
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(path))
     return path
@@ -147,11 +166,14 @@ def _tiny_lab(path: Path, graders: dict[str, str]) -> Path:
 
 def test_validate_names_a_grader_that_cannot_fail_or_fails_on_the_source(tmp_path, capsys):
     labs = tmp_path / "labs"
-    _tiny_lab(labs / "tiny.ipynb", {
-        "good-grader": "assert double(2) == 4, 'double(2) must be 4'",
-        "constant-grader": "assert 2 * 2 == 4, 'checks a constant'",
-        "wrong-grader": "assert double(2) == 5, 'wrong key'",
-    })
+    _tiny_lab(
+        labs / "tiny.ipynb",
+        {
+            "good-grader": "assert double(2) == 4, 'double(2) must be 4'",
+            "constant-grader": "assert 2 * 2 == 4, 'checks a constant'",
+            "wrong-grader": "assert double(2) == 5, 'wrong key'",
+        },
+    )
     placeholder = new_notebook(cells=[new_markdown_cell("# Placeholder")])
     nbformat.write(placeholder, str(labs / "placeholder.ipynb"))
     # --jobs 2: the source and the release run side by side (exercises the multi-job path)
@@ -159,10 +181,13 @@ def test_validate_names_a_grader_that_cannot_fail_or_fails_on_the_source(tmp_pat
     err = capsys.readouterr().err
     fails = [ln for ln in err.splitlines() if ln.startswith("FAIL:")]
     assert len(fails) == 3, err
-    assert any("tiny" in ln and "double" in ln and "constant-grader" in ln
-               and "cannot fail" in ln for ln in fails), fails
-    assert any("wrong-grader" in ln and "fails on the source" in ln and "wrong key" in ln
-               for ln in fails), fails
+    assert any(
+        "tiny" in ln and "double" in ln and "constant-grader" in ln and "cannot fail" in ln
+        for ln in fails
+    ), fails
+    assert any(
+        "wrong-grader" in ln and "fails on the source" in ln and "wrong key" in ln for ln in fails
+    ), fails
     assert any("exercise double:" in ln and "no wrong answer" in ln for ln in fails), fails
     assert "warning: lab placeholder: no grader cells" in err
 
@@ -186,7 +211,10 @@ def test_submissions_are_matched_to_a_lab_and_named_after_the_student(tmp_path):
         nbformat.write(nb, str(tmp_path / name))
     subs, problems = find_submissions([tmp_path], labs)
     assert sorted((s.student, s.lab) for s in subs) == [
-        ("alice", "00_warmup"), ("bob", "00_warmup"), ("carol", "00_warmup")]
+        ("alice", "00_warmup"),
+        ("bob", "00_warmup"),
+        ("carol", "00_warmup"),
+    ]
     assert sorted(Path(p.path).name for p in problems) == ["carol.ipynb", "dave.ipynb"]
     assert any("cannot tell which lab" in p.message for p in problems)
     assert any("a second submission" in p.message for p in problems)

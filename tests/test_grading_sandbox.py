@@ -64,7 +64,8 @@ def _stubs(**keep: str):
     return _student_copy(
         softmax_solution=keep.get("softmax", STUB.format(name="stable_softmax")),
         lse_solution=keep.get("lse", STUB.format(name="logsumexp")),
-        logsoftmax_solution=keep.get("logsoftmax", STUB.format(name="log_softmax")))
+        logsoftmax_solution=keep.get("logsoftmax", STUB.format(name="log_softmax")),
+    )
 
 
 def _attacks(subs: Path, out: Path) -> dict[str, object]:
@@ -73,35 +74,45 @@ def _attacks(subs: Path, out: Path) -> dict[str, object]:
     return {
         "honest": _student_copy(),
         # errors that never reach an nbval error message
-        "custom_exc": _hook(_student_copy(softmax_solution=NAIVE_SOFTMAX, lse_solution=NAIVE_LSE),
-                            "get_ipython().set_custom_exc((BaseException,), "
-                            "lambda *a, **k: None)"),
-        "silenced": _hook(_student_copy(softmax_solution=NAIVE_SOFTMAX, lse_solution=NAIVE_LSE),
-                          "ip = get_ipython()\nquiet = lambda *a, **k: None\n"
-                          "ip.showtraceback = ip._showtraceback = quiet\n"
-                          "type(ip).showtraceback = type(ip)._showtraceback = quiet\n"
-                          "import sys; sys.excepthook = quiet"),
+        "custom_exc": _hook(
+            _student_copy(softmax_solution=NAIVE_SOFTMAX, lse_solution=NAIVE_LSE),
+            "get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)",
+        ),
+        "silenced": _hook(
+            _student_copy(softmax_solution=NAIVE_SOFTMAX, lse_solution=NAIVE_LSE),
+            "ip = get_ipython()\nquiet = lambda *a, **k: None\n"
+            "ip.showtraceback = ip._showtraceback = quiet\n"
+            "type(ip).showtraceback = type(ip)._showtraceback = quiet\n"
+            "import sys; sys.excepthook = quiet",
+        ),
         "unbroadcast": _stubs(
             softmax="import bdb\ndef stable_softmax(x, axis=-1):\n    raise bdb.BdbQuit()",
             lse="def logsumexp(x, axis=-1):\n    raise ExceptionGroup('no', [ValueError()])",
             logsoftmax="class Silent(Exception):\n    def __str__(self):\n        raise self\n"
-                       "def log_softmax(x, axis=-1):\n    raise Silent()"),
+            "def log_softmax(x, axis=-1):\n    raise Silent()",
+        ),
         # transformers that empty every later cell, graders included
-        "transformers": _hook(_stubs(),
-                              "import ast\nip = get_ipython()\n"
-                              "ip.input_transformers_post.append(lambda lines: ['pass\\n'])\n"
-                              "class Empty(ast.NodeTransformer):\n"
-                              "    def visit_Module(self, node):\n"
-                              "        return ast.Module(body=[ast.Pass()], type_ignores=[])\n"
-                              "ip.ast_transformers.append(Empty())"),
+        "transformers": _hook(
+            _stubs(),
+            "import ast\nip = get_ipython()\n"
+            "ip.input_transformers_post.append(lambda lines: ['pass\\n'])\n"
+            "class Empty(ast.NodeTransformer):\n"
+            "    def visit_Module(self, node):\n"
+            "        return ast.Module(body=[ast.Pass()], type_ignores=[])\n"
+            "ip.ast_transformers.append(Empty())",
+        ),
         # comparisons the graders use, patched to always agree
-        "patched": _hook(_student_copy(softmax_solution=NAIVE_SOFTMAX, lse_solution=NAIVE_LSE),
-                         "import builtins\nimport numpy as np\nyes = lambda *a, **k: True\n"
-                         "np.all = np.allclose = np.isclose = yes\n"
-                         "np.abs = lambda x, *a, **k: np.zeros_like(x)\n"
-                         "builtins.abs = lambda x: 0.0"),
+        "patched": _hook(
+            _student_copy(softmax_solution=NAIVE_SOFTMAX, lse_solution=NAIVE_LSE),
+            "import builtins\nimport numpy as np\nyes = lambda *a, **k: True\n"
+            "np.all = np.allclose = np.isclose = yes\n"
+            "np.abs = lambda x, *a, **k: np.zeros_like(x)\n"
+            "builtins.abs = lambda x: 0.0",
+        ),
         # the instructor's lab, the grader's command line, files outside the folder
-        "prober": _hook(_stubs(), f"""import glob, json
+        "prober": _hook(
+            _stubs(),
+            f"""import glob, json
 found = []
 for path in glob.glob('/proc/[0-9]*/cmdline'):
     try:
@@ -109,7 +120,7 @@ for path in glob.glob('/proc/[0-9]*/cmdline'):
     except OSError:
         pass
 assert not any(b'--source' in c or b'pytest' in c for c in found), 'saw the grader'
-for target in ({str(gradebook)!r}, {str(subs / 'honest.ipynb')!r}, {str(WARMUP)!r}):
+for target in ({str(gradebook)!r}, {str(subs / "honest.ipynb")!r}, {str(WARMUP)!r}):
     try:
         open(target, 'a').write('forged')
     except OSError:
@@ -117,9 +128,12 @@ for target in ({str(gradebook)!r}, {str(subs / 'honest.ipynb')!r}, {str(WARMUP)!
 source = json.load(open({str(WARMUP)!r}))
 for cell in source['cells']:
     if cell.get('id', '').endswith('-solution'):
-        exec(''.join(cell['source']))"""),
+        exec(''.join(cell['source']))""",
+        ),
         # a daemon that outlives the notebook, to rewrite the gradebook afterwards
-        "daemon": _hook(_stubs(), f"""import subprocess, sys
+        "daemon": _hook(
+            _stubs(),
+            f"""import subprocess, sys
 subprocess.Popen([sys.executable, '-c', '''
 import os, time
 os.setsid()
@@ -129,16 +143,20 @@ for _ in range(600):
     except OSError:
         pass
     time.sleep(0.1)
-''', '{TOKEN}'], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)"""),
+''', '{TOKEN}'], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)""",
+        ),
         # kill the grader, and every process in sight
-        "killer": _hook(_student_copy(), """import os, signal
+        "killer": _hook(
+            _student_copy(),
+            """import os, signal
 for pid in [int(p) for p in os.listdir('/proc') if p.isdigit()]:
     if pid not in (os.getpid(),):
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-os.kill(os.getppid(), signal.SIGKILL)"""),
+os.kill(os.getppid(), signal.SIGKILL)""",
+        ),
     }
 
 
@@ -172,8 +190,22 @@ def graded(tmp_path_factory):
     err = io.StringIO()
     started = time.monotonic()
     with contextlib.redirect_stderr(err):
-        code = main(["grade", str(subs), "--source", str(WARMUP), "--out", str(out),
-                     "--timeout", "20", "--jobs", "2", "--sandbox", "bwrap"])
+        code = main(
+            [
+                "grade",
+                str(subs),
+                "--source",
+                str(WARMUP),
+                "--out",
+                str(out),
+                "--timeout",
+                "20",
+                "--jobs",
+                "2",
+                "--sandbox",
+                "bwrap",
+            ]
+        )
     seconds = time.monotonic() - started
     survivors = _alive_with(TOKEN)
     time.sleep(1.0)  # a surviving daemon would rewrite the gradebook within 0.1 s
@@ -181,8 +213,15 @@ def graded(tmp_path_factory):
         rows: dict[str, dict[str, dict]] = {}
         for row in csv.DictReader(fh):
             rows.setdefault(row["student"], {})[row["exercise"]] = row
-    return {"code": code, "stderr": err.getvalue(), "rows": rows, "survivors": survivors,
-            "unchanged": before == _digest(watched), "seconds": seconds, "out": out}
+    return {
+        "code": code,
+        "stderr": err.getvalue(),
+        "rows": rows,
+        "survivors": survivors,
+        "unchanged": before == _digest(watched),
+        "seconds": seconds,
+        "out": out,
+    }
 
 
 def _points(rows: dict[str, dict]) -> dict[str, float]:
@@ -199,8 +238,10 @@ def test_the_honest_neighbour_keeps_full_marks(graded):
 def test_hiding_or_faking_a_failure_scores_zero(graded, student):
     rows = graded["rows"][student]
     assert _points(rows) == NAIVE_TWO, rows
-    assert "overflows" in rows["stable_softmax"]["message"] or \
-        "AssertionError" in rows["stable_softmax"]["message"]
+    assert (
+        "overflows" in rows["stable_softmax"]["message"]
+        or "AssertionError" in rows["stable_softmax"]["message"]
+    )
 
 
 def test_exceptions_ipython_does_not_broadcast_still_fail(graded):
@@ -235,11 +276,13 @@ def test_killing_every_visible_process_hurts_no_one(graded):
 def test_the_fallback_kills_a_detached_daemon_and_applies_limits(tmp_path):
     token = f"{TOKEN}-fallback"
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(f"""import resource, subprocess, sys
+    nb.cells = [
+        nbformat.v4.new_code_cell(f"""import resource, subprocess, sys
 print(resource.getrlimit(resource.RLIMIT_AS))
 subprocess.Popen([sys.executable, '-c', 'import os, time; os.setsid(); time.sleep(60)', '{token}'],
                  start_new_session=True)"""),
-                nbformat.v4.new_code_cell("import numpy as np\nnp.empty(3 << 30, dtype=np.uint8)")]
+        nbformat.v4.new_code_cell("import numpy as np\nnp.empty(3 << 30, dtype=np.uint8)"),
+    ]
     for k, cell in enumerate(nb.cells):
         cell.id = f"c{k}"
     path = _write(nb, tmp_path / "nb" / "fallback.ipynb")
@@ -256,13 +299,17 @@ def test_the_kernel_gets_no_notebook_file_and_no_network(tmp_path):
     server = socket.create_server(("127.0.0.1", 0))  # reachable from anything on this host
     port = server.getsockname()[1]
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(
-        "import os\nassert [f for f in os.listdir('.') if f.endswith('.ipynb')] == [], "
-        "os.listdir('.')"),
+    nb.cells = [
         nbformat.v4.new_code_cell(
-        f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
-        "except OSError as err:\n    print('no way out:', err)\n"
-        "else:\n    raise AssertionError('the kernel reached the host network')")]
+            "import os\nassert [f for f in os.listdir('.') if f.endswith('.ipynb')] == [], "
+            "os.listdir('.')"
+        ),
+        nbformat.v4.new_code_cell(
+            f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
+            "except OSError as err:\n    print('no way out:', err)\n"
+            "else:\n    raise AssertionError('the kernel reached the host network')"
+        ),
+    ]
     nb.cells[0].id, nb.cells[1].id = "look", "net"
     path = _write(nb, tmp_path / "nb" / "graded.ipynb")
     try:
@@ -279,7 +326,6 @@ def test_an_unknown_sandbox_is_refused_with_the_choices():
         make_sandbox("docker")
 
 
-
 def test_the_kernel_gets_the_graders_pythonpath_but_not_the_checkout(tmp_path, monkeypatch):
     """Packages installed with `pip --target` (a GPU image without Jupyter) reach the kernel
     through the grader's PYTHONPATH; the checkout on it (which holds the instructor's labs)
@@ -290,7 +336,9 @@ def test_the_kernel_gets_the_graders_pythonpath_but_not_the_checkout(tmp_path, m
     site = tmp_path / "site"
     site.mkdir()
     root = package_root()
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(root), str(tmp_path / "gone")]))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(site), str(root), str(tmp_path / "gone")])
+    )
     env = kernel_env(tmp_path / "work", ())
     assert env["PYTHONPATH"].split(os.pathsep) == [str(root), str(site.resolve())]
     mounted = _python_paths()

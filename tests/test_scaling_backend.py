@@ -13,11 +13,18 @@ def _gpus(monkeypatch, n: int) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
 
 
-@pytest.mark.parametrize(("gpus", "ranks", "expected"), [
-    (0, 1, "gloo"), (0, 2, "gloo"),
-    (1, 1, "nccl"), (1, 2, "gloo"),  # a Colab: two ranks would share its one GPU
-    (8, 4, "nccl"), (8, 8, "nccl"), (8, 9, "gloo"),
-])
+@pytest.mark.parametrize(
+    ("gpus", "ranks", "expected"),
+    [
+        (0, 1, "gloo"),
+        (0, 2, "gloo"),
+        (1, 1, "nccl"),
+        (1, 2, "gloo"),  # a Colab: two ranks would share its one GPU
+        (8, 4, "nccl"),
+        (8, 8, "nccl"),
+        (8, 9, "gloo"),
+    ],
+)
 def test_auto_picks_nccl_only_with_a_gpu_per_rank(monkeypatch, gpus, ranks, expected):
     _gpus(monkeypatch, gpus)
     assert resolve_backend("auto", ranks) == expected

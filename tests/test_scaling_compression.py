@@ -47,13 +47,17 @@ def test_each_hook_sends_what_it_should_and_costs_what_it_should():
         assert r.world_size == 2 and r.gradient_bytes == full
         assert r.wire_bytes == ring_wire_bytes(r.sent_bytes, 2)
     plain, fp16 = rows["allreduce"], rows["fp16"]
-    assert (plain.sent_bytes, plain.calls, plain.relative_error) == (full, 1, pytest.approx(0, abs=1e-6))
+    assert (plain.sent_bytes, plain.calls, plain.relative_error) == (
+        full,
+        1,
+        pytest.approx(0, abs=1e-6),
+    )
     assert (fp16.sent_bytes, fp16.ratio) == (full // 2, 2.0)
-    assert 0 < fp16.relative_error < 1e-2          # float16 rounding, and nothing more
+    assert 0 < fp16.relative_error < 1e-2  # float16 rounding, and nothing more
     for rank in (1, 4):
         r = rows[f"powersgd-{rank}"]
-        factors = LAYERS * (HIDDEN + HIDDEN) * rank   # P (256 x r) and Q (256 x r) per weight
+        factors = LAYERS * (HIDDEN + HIDDEN) * rank  # P (256 x r) and Q (256 x r) per weight
         assert r.sent_bytes == 4 * (factors + BIASES), "P, Q and the uncompressed biases"
-        assert r.calls == 3                             # biases, then P, then Q
-        assert 0 < r.relative_error < 1                 # lossy, but not garbage
+        assert r.calls == 3  # biases, then P, then Q
+        assert 0 < r.relative_error < 1  # lossy, but not garbage
     assert rows["powersgd-4"].relative_error < rows["powersgd-1"].relative_error

@@ -23,29 +23,59 @@ from mlinfra_lab.scaling.results import SCHEMA
 pytestmark = pytest.mark.scaling
 
 
-def fake_run(world: int, step_ms: float, comm_ms: float, batch: int = 32,
-             transfer_ms: float = 10.0) -> dict:
+def fake_run(
+    world: int, step_ms: float, comm_ms: float, batch: int = 32, transfer_ms: float = 10.0
+) -> dict:
     """A structurally valid run: every rank's steps identical; 1 MB all-reduced per step."""
     s = step_ms / 1e3
-    step = {"data_wait": 0.0, "forward": s / 3, "backward": 2 * s / 3 - comm_ms / 1e3,
-            "exposed_comm": comm_ms / 1e3, "optimizer": 0.0, "step": s,
-            "comm_total": transfer_ms / 1e3, "comm_bytes": 1e6,
-            "buckets_s": [[s / 3, s / 3 + transfer_ms / 1e3]]}
-    return {"schema": SCHEMA, "config": RunConfig().to_dict(), "world_size": world,
-            "rank_batch": batch, "grad_bytes": 1e6,
-            "ranks": [{"rank": r, "steps": [dict(step)] * 3, "loader_samples_per_s": 1e4}
-                      for r in range(world)]}
+    step = {
+        "data_wait": 0.0,
+        "forward": s / 3,
+        "backward": 2 * s / 3 - comm_ms / 1e3,
+        "exposed_comm": comm_ms / 1e3,
+        "optimizer": 0.0,
+        "step": s,
+        "comm_total": transfer_ms / 1e3,
+        "comm_bytes": 1e6,
+        "buckets_s": [[s / 3, s / 3 + transfer_ms / 1e3]],
+    }
+    return {
+        "schema": SCHEMA,
+        "config": RunConfig().to_dict(),
+        "world_size": world,
+        "rank_batch": batch,
+        "grad_bytes": 1e6,
+        "ranks": [
+            {"rank": r, "steps": [dict(step)] * 3, "loader_samples_per_s": 1e4}
+            for r in range(world)
+        ],
+    }
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "top level is list"),
-    (json.dumps({"schema": "other"}), "schema is 'other'"),
-    (json.dumps({"schema": SCHEMA, "config": {}, "world_size": 2, "rank_batch": 1}),
-     "missing key 'ranks'"),
-    (json.dumps({"schema": SCHEMA, "config": {}, "world_size": 2, "rank_batch": 1,
-                 "ranks": [{"rank": 0, "steps": [{"step": 1}]}] * 2}), "lacks numeric"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "top level is list"),
+        (json.dumps({"schema": "other"}), "schema is 'other'"),
+        (
+            json.dumps({"schema": SCHEMA, "config": {}, "world_size": 2, "rank_batch": 1}),
+            "missing key 'ranks'",
+        ),
+        (
+            json.dumps(
+                {
+                    "schema": SCHEMA,
+                    "config": {},
+                    "world_size": 2,
+                    "rank_batch": 1,
+                    "ranks": [{"rank": 0, "steps": [{"step": 1}]}] * 2,
+                }
+            ),
+            "lacks numeric",
+        ),
+    ],
+)
 def test_malformed_result_files_give_clear_errors(tmp_path, content, message):
     path = tmp_path / "run.json"
     path.write_text(content)
@@ -65,8 +95,19 @@ def test_missing_result_file_and_cli_report_one_line(tmp_path, capsys):
 
 
 def test_profile_command_rejects_a_bad_fault_in_one_line(tmp_path, capsys):
-    assert main(["scaling", "profile", "--inject", "straggler:rank=1",
-                 "--out", str(tmp_path / "r.json")]) == 2
+    assert (
+        main(
+            [
+                "scaling",
+                "profile",
+                "--inject",
+                "straggler:rank=1",
+                "--out",
+                str(tmp_path / "r.json"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "misses ms" in err and err.count("\n") == 1
 
@@ -88,8 +129,10 @@ def test_diagnose_on_synthetic_runs_names_communication(tmp_path, capsys):
     assert d.evidence["comm_share"] == pytest.approx([0.1, 0.55])
     for name, run in (("a.json", small), ("b.json", large)):
         (tmp_path / name).write_text(json.dumps(run))
-    assert main(["scaling", "diagnose", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
-                 "--json"]) == 0
+    assert (
+        main(["scaling", "diagnose", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json"])
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["primary_cause"] == "communication"
 
 
@@ -101,13 +144,16 @@ def test_step_model_extrapolates_a_measured_run():
     assert model.predict(64).comm_share > model.predict(8).comm_share
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("bogus", "unknown fault"),
-    ("straggler:rank=1", "misses ms"),
-    ("slow_data:ms=fast", "not a number"),
-    ("slow_data:rate=3", "bad parameter"),
-    ("slow_transport:mbps=-1", "non-negative"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("bogus", "unknown fault"),
+        ("straggler:rank=1", "misses ms"),
+        ("slow_data:ms=fast", "not a number"),
+        ("slow_data:rate=3", "bad parameter"),
+        ("slow_transport:mbps=-1", "non-negative"),
+    ],
+)
 def test_bad_fault_specs_are_rejected(spec, message):
     with pytest.raises(FaultSpecError, match=message):
         parse_fault(spec)
@@ -151,8 +197,13 @@ def test_nccl_log_turns_communication_into_transport():
 def test_trace_summary_counts_nccl_kernels_as_communication(tmp_path):
     events = [
         {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64", "ts": 0, "dur": 300},
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32", "ts": 100,
-         "dur": 100},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_f32",
+            "ts": 100,
+            "dur": 100,
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 50},
     ]
     path = tmp_path / "t.json"
@@ -160,12 +211,35 @@ def test_trace_summary_counts_nccl_kernels_as_communication(tmp_path):
     s = summarise_trace(path)
     assert s["source"] == "gpu_kernels"
     assert (s["compute_s"], s["comm_s"]) == pytest.approx((300e-6, 100e-6))
-    cpu = [{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 0, "dur": 100,
-            "pid": 1, "tid": 1},
-           {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10, "dur": 80,
-            "pid": 1, "tid": 1},  # nested: not counted twice
-           {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 200, "dur": 50,
-            "pid": 1, "tid": 1}]
+    cpu = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::linear",
+            "ts": 0,
+            "dur": 100,
+            "pid": 1,
+            "tid": 1,
+        },
+        {  # nested: not counted twice
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "ts": 10,
+            "dur": 80,
+            "pid": 1,
+            "tid": 1,
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "c10d::allreduce_",
+            "ts": 200,
+            "dur": 50,
+            "pid": 1,
+            "tid": 1,
+        },
+    ]
     path.write_text(json.dumps({"traceEvents": cpu}))
     assert summarise_trace(path)["comm_share"] == pytest.approx(50 / 150)
 

@@ -45,8 +45,14 @@ def test_fit_alpha_beta_recovers_parameters_within_5_percent(p):
     rng = np.random.default_rng(0)
     alpha, beta = 25e-6, 1 / 40e9
     sizes = [8 * 4**k for k in range(14)]  # 8 B .. 537 MB
-    rows = [{"bytes": n, "time_s": ring_allreduce_time(n, p, alpha, beta)
-             * (1 + 0.02 * rng.standard_normal()), "world_size": p} for n in sizes]
+    rows = [
+        {
+            "bytes": n,
+            "time_s": ring_allreduce_time(n, p, alpha, beta) * (1 + 0.02 * rng.standard_normal()),
+            "world_size": p,
+        }
+        for n in sizes
+    ]
     fit = fit_alpha_beta(rows)
     assert fit.alpha == pytest.approx(alpha, rel=0.05), fit
     assert fit.beta == pytest.approx(beta, rel=0.05), fit
@@ -56,8 +62,10 @@ def test_fit_alpha_beta_recovers_parameters_within_5_percent(p):
 def test_fit_alpha_beta_never_returns_a_negative_cost():
     # Latency-bound timings whose noise slopes downward (the CI failure this guards):
     # an unconstrained line would report a negative per-byte cost.
-    rows = [{"bytes": n, "time_s": t, "world_size": 2}
-            for n, t in [(1024, 3.7e-3), (64 * 1024, 3.6e-3), (1024 * 1024, 1.3e-3)]]
+    rows = [
+        {"bytes": n, "time_s": t, "world_size": 2}
+        for n, t in [(1024, 3.7e-3), (64 * 1024, 3.6e-3), (1024 * 1024, 1.3e-3)]
+    ]
     fit = fit_alpha_beta(rows)
     assert fit.latency_s >= 0 and fit.per_byte_s >= 0, fit
     # Pure bandwidth timings (no latency) pin the latency at zero, not below it.
@@ -84,8 +92,9 @@ def test_worked_example_reproduces_course_numbers():
 
 
 def test_step_model_weak_scaling_overlap_and_buckets():
-    m = StepModel(compute_s=0.1, grad_bytes=100e6, alpha=1e-5, beta=1 / 10e9, overlap=0.0,
-                  bucket_bytes=25e6)
+    m = StepModel(
+        compute_s=0.1, grad_bytes=100e6, alpha=1e-5, beta=1 / 10e9, overlap=0.0, bucket_bytes=25e6
+    )
     p8 = m.predict(8)
     comm = 4 * ring_allreduce_time(25e6, 8, 1e-5, 1 / 10e9)
     assert p8.comm_s == pytest.approx(comm)

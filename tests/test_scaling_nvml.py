@@ -17,21 +17,27 @@ pytestmark = pytest.mark.scaling
 
 
 def test_raw_nvml_units_become_fractions_and_watts():
-    c = GpuCounters.from_raw(3, "NVIDIA H200", 97, 41, 80 * 2**30, 141 * 2**30, 612_500, 700_000,
-                             55)
+    c = GpuCounters.from_raw(
+        3, "NVIDIA H200", 97, 41, 80 * 2**30, 141 * 2**30, 612_500, 700_000, 55
+    )
     assert (c.gpu_util, c.memory_util) == pytest.approx((0.97, 0.41))
     assert (c.power_w, c.power_limit_w) == pytest.approx((612.5, 700.0))
-    assert str(c) == ("GPU 3 (NVIDIA H200): utilisation 97%, memory busy 41%, 80.0 of 141.0 GiB "
-                      "used, 612 W of 700 W, 55 C")
+    assert str(c) == (
+        "GPU 3 (NVIDIA H200): utilisation 97%, memory busy 41%, 80.0 of 141.0 GiB "
+        "used, 612 W of 700 W, 55 C"
+    )
     bare = GpuCounters.from_raw(0, "vGPU", 0, 0, 0, 2**30, None, None, None)
     assert bare.power_w is None and "power n/a" in str(bare) and " C" not in str(bare)
 
 
-@pytest.mark.parametrize("args, message", [
-    ((101, 0, 0, 1), "GPU utilisation 101 is not a percentage"),
-    ((0, -1, 0, 1), "memory utilisation -1 is not a percentage"),
-    ((0, 0, 5, 4), "memory used 5 is not within"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((101, 0, 0, 1), "GPU utilisation 101 is not a percentage"),
+        ((0, -1, 0, 1), "memory utilisation -1 is not a percentage"),
+        ((0, 0, 5, 4), "memory used 5 is not within"),
+    ],
+)
 def test_impossible_readings_are_refused(args, message):
     util, mem_util, used, total = args
     with pytest.raises(ValueError, match=message):
@@ -40,7 +46,7 @@ def test_impossible_readings_are_refused(args, message):
 
 def test_counters_here_or_a_fallback_that_says_why():
     ran = []
-    if torch.cuda.is_available():   # `make test-gpu`: the driver is there, so are the counters
+    if torch.cuda.is_available():  # `make test-gpu`: the driver is there, so are the counters
         counters = read_counters()
         assert counters and all(0 <= c.gpu_util <= 1 for c in counters)
         result, samples = sample_counters(lambda: ran.append(1) or "done", interval_s=0.05)

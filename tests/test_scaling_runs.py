@@ -104,14 +104,14 @@ def test_lost_rank_times_out_naming_it_and_oversubscription_warns(monkeypatch):
 
 def test_dead_rank_is_named_with_its_exit_code():
     config = RunConfig(steps=3, warmup=0, timeout_s=30).with_faults(
-        "lost_rank:rank=1,step=1,exit=1")
+        "lost_rank:rank=1,step=1,exit=1"
+    )
     with pytest.raises(RankLostError, match=r"rank 1 exited with code 3 at step 1"):
         profile(config, 2, show_progress=False)
 
 
 def test_allreduce_bench_sums_and_reports_busbw():
-    rows = run_allreduce_bench(2, [1024, 64 * 1024, 1024 * 1024], iters=3,
-                               show_progress=False)
+    rows = run_allreduce_bench(2, [1024, 64 * 1024, 1024 * 1024], iters=3, show_progress=False)
     assert [r["bytes"] for r in rows] == [1024, 64 * 1024, 1024 * 1024]
     for r in rows:
         assert r["busbw"] == pytest.approx(r["algbw"])  # 2(n-1)/n = 1 at n = 2
@@ -126,8 +126,19 @@ def test_harness_runs_under_torchrun(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(RunConfig(steps=2, warmup=1).to_dict()))
     out = tmp_path / "run.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
-           "-m", "mlinfra_lab.scaling.harness", "--config", str(config), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=1",
+        "-m",
+        "mlinfra_lab.scaling.harness",
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = load_run(out)

@@ -13,14 +13,17 @@ from mlinfra_lab.scaling.synthetic import FAULT_CAUSE, causes_of
 SMALL = example_path("cpu-w2-clean.json")
 
 
-@pytest.mark.parametrize(("faults", "cause"), [
-    ((), "none"),
-    (("no_overlap",), "communication"),
-    (("slow_data:ms=40",), "data_loading"),
-    (("slow_transport:mbps=40",), "transport"),
-    (("small_batch:global=8",), "small_batch"),
-    (("straggler:rank=3,ms=150",), "straggler"),
-])
+@pytest.mark.parametrize(
+    ("faults", "cause"),
+    [
+        ((), "none"),
+        (("no_overlap",), "communication"),
+        (("slow_data:ms=40",), "data_loading"),
+        (("slow_transport:mbps=40",), "transport"),
+        (("small_batch:global=8",), "small_batch"),
+        (("straggler:rank=3,ms=150",), "straggler"),
+    ],
+)
 def test_one_fault_is_diagnosed_as_that_fault(faults, cause):
     for world in (4, 8):
         run = synthesize_run(world, faults, seed=world)
@@ -28,8 +31,11 @@ def test_one_fault_is_diagnosed_as_that_fault(faults, cause):
 
 
 def test_close_to_the_measured_runs():
-    for name, faults in [("clean", ()), ("straggler", ("straggler:rank=2,ms=150",)),
-                         ("slow_transport", ("slow_transport:mbps=40",))]:
+    for name, faults in [
+        ("clean", ()),
+        ("straggler", ("straggler:rank=2,ms=150",)),
+        ("slow_transport", ("slow_transport:mbps=40",)),
+    ]:
         measured = load_run(example_path(f"cpu-w4-{name}.json"))
         made = synthesize_run(4, faults, seed=0)
         assert made.step_time() == pytest.approx(measured.step_time(), rel=0.15), name
@@ -56,7 +62,9 @@ def test_mystery_set_has_a_healthy_run_three_single_faults_and_one_pair_with_fau
         pair = next(m for m in ms if len(m.faults) == 2)
         assert len(pair.causes) == 2 and "communication" not in pair.causes
     assert [m.run.data for m in mystery_set(7)] == [m.run.data for m in mystery_set(7)]
-    assert causes_of(()) == {"none"} and set(FAULT_CAUSE.values()) < set(diagnose.__globals__["CAUSES"])
+    assert causes_of(()) == {"none"} and set(FAULT_CAUSE.values()) < set(
+        diagnose.__globals__["CAUSES"]
+    )
 
 
 def test_bad_world_size_is_refused():

@@ -58,7 +58,9 @@ def test_notebook_setup_cell_is_the_generated_one(path: Path) -> None:
     source = _setup_source(path)
     match = SPEC.search(source)
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].rstrip("/")
-    assert match, f"{path.name}: the set-up cell installs no mlinfra-lab[course] from git; run `{gen.COMMAND}`"
+    assert match, (
+        f"{path.name}: the set-up cell installs no mlinfra-lab[course] from git; run `{gen.COMMAND}`"
+    )
     assert match["url"] == url, (
         f"{path.name}: the set-up cell installs from {match['url']}, _config.yml's repository.url "
         f"is {url}; run `{gen.COMMAND}`"
@@ -81,7 +83,7 @@ def test_write_then_check_on_a_copy(tmp_path: Path) -> None:
     new = gen.setup_cell(after)
     assert "".join(new["source"]) == gen.render()
     assert (new["id"], new["metadata"]) == (cell["id"], cell["metadata"])
-    cell["source"] = gen.render().splitlines(keepends=True)   # all --write may change
+    cell["source"] = gen.render().splitlines(keepends=True)  # all --write may change
     assert path.read_text() == json.dumps(before, indent=1, ensure_ascii=False) + "\n", (
         "--write must change the set-up cell's source only, in the file's own format"
     )

@@ -24,8 +24,9 @@ def test_hogwild_measures_real_staleness():
 @pytest.mark.parametrize("method", ["spawn"])
 def test_hogwild_runs_under_spawn(method):
     """The start method a CUDA process needs (no fork) trains the same problem."""
-    r = st.run_hogwild(st.logreg_problem(), workers=2, updates=60, lr=0.5, seed=0,
-                       start_method=method)
+    r = st.run_hogwild(
+        st.logreg_problem(), workers=2, updates=60, lr=0.5, seed=0, start_method=method
+    )
     assert r.staleness.shape == (60,) and (r.staleness >= 0).all()
     assert r.final_loss < r.initial_loss
 

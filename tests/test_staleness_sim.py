@@ -161,9 +161,10 @@ def test_diverging_run_is_marked_not_hung():
     p = st.quadratic_problem(2, 2.0)
     r = st.simulate(p, st.WorkerSpeeds.homogeneous(4), st.Async(), 10_000, 1.5, 0)
     assert r.diverged and r.updates < 10_000
+    # loss overflows to inf
     r = st.simulate(
         p, st.WorkerSpeeds.homogeneous(2), st.Async(), 10_000, 1e30, 0, diverge_factor=math.inf
-    )  # loss overflows to inf
+    )
     assert r.diverged and not math.isfinite(r.final_loss) and r.updates < 10_000
 
 

@@ -270,8 +270,9 @@ def published_files(html_root: Path) -> list[Path]:
     return sorted(p for p in files if "_static" not in p.relative_to(html_root).parts)
 
 
-def leaks(html_root: Path, secret_lines: tuple[Secret, ...], student: dict[str, Any],
-          public: str) -> list[str]:
+def leaks(
+    html_root: Path, secret_lines: tuple[Secret, ...], student: dict[str, Any], public: str
+) -> list[str]:
     """Every published file of `html_root` that holds a secret, each with what it holds.
 
     `student`: file name -> the student notebook each lab page was built from; `public`: the
@@ -282,13 +283,18 @@ def leaks(html_root: Path, secret_lines: tuple[Secret, ...], student: dict[str, 
         text = file_text(path)
         for secret in secret_lines:
             if occurs(secret.line, text):
-                found.append(f"{path.relative_to(html_root)} holds a {secret.kind} line of "
-                             f"labs/{secret.lab}: {secret.line!r}")
+                found.append(
+                    f"{path.relative_to(html_root)} holds a {secret.kind} line of "
+                    f"labs/{secret.lab}: {secret.line!r}"
+                )
     index_path = html_root / "searchindex.js"
     if index_path.exists():
         by_doc = indexed_words_by_doc(read_search_index(index_path))
-        secret_only = {w for w in index_words("\n".join(s.line for s in secret_lines))
-                       - index_words(public) if not w[0].isdigit()}  # names, not numbers
+        secret_only = {
+            w
+            for w in index_words("\n".join(s.line for s in secret_lines)) - index_words(public)
+            if not w[0].isdigit()  # names, not numbers
+        }
         chapters = {f"book/{p.stem}" for p in ROOT.glob("book/*.ipynb")}
         for doc, words in sorted(by_doc.items()):
             # What a chapter printed when the build executed it is its own, not a lab's.
@@ -296,14 +302,18 @@ def leaks(html_root: Path, secret_lines: tuple[Secret, ...], student: dict[str, 
             if doc in chapters and executed.exists():
                 words = words - index_words(notebook_text(json.loads(executed.read_text())))
             if words & secret_only:
-                found.append(f"searchindex.js indexes, for {doc}, words only the lab solutions "
-                             f"or hidden tests contain: {sorted(words & secret_only)}")
+                found.append(
+                    f"searchindex.js indexes, for {doc}, words only the lab solutions "
+                    f"or hidden tests contain: {sorted(words & secret_only)}"
+                )
             name = f"{Path(doc).name}.ipynb"
             if doc.startswith("book/labs/") and name in student:
                 extra = words - index_words(notebook_text(student[name]))
                 if extra:
-                    found.append(f"searchindex.js indexes, for {doc}, words that are not in "
-                                 f"its student notebook: {sorted(extra)[:20]}")
+                    found.append(
+                        f"searchindex.js indexes, for {doc}, words that are not in "
+                        f"its student notebook: {sorted(extra)[:20]}"
+                    )
     return found
 
 
@@ -319,27 +329,31 @@ def test_committed_student_labs_are_the_release_of_labs() -> None:
     """book/labs/ is a lock file of labs/: the book and the launch buttons serve it."""
     _needs_labs()
     stale = student_labs.stale_student_labs(LABS, STUDENT_LABS)
-    assert not stale, "\n  ".join(["the student edition is stale:", *stale,
-                                   f"fix: {student_labs.FIX}"])
+    assert not stale, "\n  ".join(
+        ["the student edition is stale:", *stale, f"fix: {student_labs.FIX}"]
+    )
 
 
 def test_student_labs_are_not_executed_by_the_book() -> None:
     for path in sorted(STUDENT_LABS.glob("*.ipynb")):
         nb = json.loads(path.read_text())
         assert nb["metadata"].get("mystnb") == student_labs.NO_EXECUTE, (
-            f"{path}: the book would execute it (and fail on its stubs); {student_labs.FIX}")
+            f"{path}: the book would execute it (and fail on its stubs); {student_labs.FIX}"
+        )
         assert nb["metadata"].get("mlinfra", {}).get("version") == "student", path
 
 
 def test_toc_publishes_the_student_labs_never_the_instructor_source() -> None:
     files = _toc_files()
     assert not [f for f in files if f.startswith("labs/")], (
-        "_toc.yml lists instructor labs (labs/...): list book/labs/... instead")
+        "_toc.yml lists instructor labs (labs/...): list book/labs/... instead"
+    )
     listed = {f for f in files if f.startswith("book/labs/")}
     assert listed == {f"book/labs/{p.stem}" for p in STUDENT_LABS.glob("*.ipynb")}
     if LABS.is_dir():
         assert listed == {f"book/labs/{p.stem}" for p in LABS.glob("*.ipynb")}, (
-            f"every lab of labs/ is in _toc.yml as book/labs/<lab>; {student_labs.FIX}")
+            f"every lab of labs/ is in _toc.yml as book/labs/<lab>; {student_labs.FIX}"
+        )
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert "labs" in config["exclude_patterns"], "_config.yml: keep labs/ out of the build"
 
@@ -347,9 +361,11 @@ def test_toc_publishes_the_student_labs_never_the_instructor_source() -> None:
 def test_secrets_are_found_in_every_lab() -> None:
     """The checker has something to look for: each lab with exercises yields secret lines."""
     _needs_labs()
-    labs_with_solutions = {p.name for p in LABS.glob("*.ipynb")
-                           if any(k == "solution" for k, _ in
-                                  lab_secret_lines(json.loads(p.read_text())))}
+    labs_with_solutions = {
+        p.name
+        for p in LABS.glob("*.ipynb")
+        if any(k == "solution" for k, _ in lab_secret_lines(json.loads(p.read_text())))
+    }
     assert labs_with_solutions, "no solution blocks found in labs/: the markers changed?"
     assert labs_with_solutions <= {s.lab for s in secrets()}
     assert not any(is_trivial(s.line) for s in secrets())
@@ -370,19 +386,25 @@ def test_checker_finds_planted_leaks(tmp_path: Path) -> None:
     lab = Path(solution.lab).stem
     pages = tmp_path / "book" / "labs"
     pages.mkdir(parents=True)
-    highlighted = "".join(f'<span class="n">{html.escape(tok)}</span>'
-                          for tok in re.split(r"(\s+)", "    " + solution.line))
+    highlighted = "".join(
+        f'<span class="n">{html.escape(tok)}</span>'
+        for tok in re.split(r"(\s+)", "    " + solution.line)
+    )
     (pages / f"{lab}.html").write_text(f"<html><body><pre>{highlighted}\n</pre></body></html>")
     (pages / "clean.html").write_text("<html><body><p>nothing to see</p></body></html>")
     downloads = tmp_path / "_sources" / "book" / "labs"
     downloads.mkdir(parents=True)
     nb = {"cells": [{"cell_type": "code", "source": ["x = 1\n", f"  {hidden.line}\n"]}]}
     (downloads / f"{lab}.ipynb").write_text(json.dumps(nb))
-    secret_word = sorted(index_words(solution.line) - index_words(public)
-                         or index_words("\n".join(s.line for s in secrets()))
-                         - index_words(public))[0]
-    (tmp_path / "searchindex.js").write_text(js_index.dumps(
-        {"docnames": [f"book/labs/{lab}"], "terms": {secret_word: 0}, "titleterms": {}}))
+    secret_word = sorted(
+        index_words(solution.line) - index_words(public)
+        or index_words("\n".join(s.line for s in secrets())) - index_words(public)
+    )[0]
+    (tmp_path / "searchindex.js").write_text(
+        js_index.dumps(
+            {"docnames": [f"book/labs/{lab}"], "terms": {secret_word: 0}, "titleterms": {}}
+        )
+    )
 
     found = "\n".join(leaks(tmp_path, secrets(), student, public))
     assert f"book/labs/{lab}.html holds a solution line" in found
@@ -399,15 +421,22 @@ def built() -> Path:
     if not (HTML / "index.html").exists():
         if "MAKELEVEL" in os.environ:
             pytest.fail("the book is not built: `make book` writes _build/html")
-        pytest.skip("_build/html is missing: run `make book` first (make test builds it before "
-                    "this stage, and fails here when it is missing)")
-    older = [p.name for p in sorted(STUDENT_LABS.glob("*.ipynb"))
-             if (HTML / "_sources" / "book" / "labs" / p.name).exists()
-             and json.loads((HTML / "_sources" / "book" / "labs" / p.name).read_text())
-             != json.loads(p.read_text())]
+        pytest.skip(
+            "_build/html is missing: run `make book` first (make test builds it before "
+            "this stage, and fails here when it is missing)"
+        )
+    older = [
+        p.name
+        for p in sorted(STUDENT_LABS.glob("*.ipynb"))
+        if (HTML / "_sources" / "book" / "labs" / p.name).exists()
+        and json.loads((HTML / "_sources" / "book" / "labs" / p.name).read_text())
+        != json.loads(p.read_text())
+    ]
     if older:
-        pytest.fail(f"_build/html was built from an older book/labs/ ({', '.join(older)}): "
-                    "run `make book` again")
+        pytest.fail(
+            f"_build/html was built from an older book/labs/ ({', '.join(older)}): "
+            "run `make book` again"
+        )
     return HTML
 
 
@@ -416,14 +445,17 @@ def test_built_book_publishes_no_solution_and_no_hidden_test(built: Path) -> Non
     _needs_labs()
     committed = {p.name: json.loads(p.read_text()) for p in STUDENT_LABS.glob("*.ipynb")}
     found = leaks(built, secrets(), committed, public_sources(released()))
-    assert not found, ("the built book publishes instructor material (rebuild with `make "
-                       "book`; lab pages must come from book/labs/):\n  " + "\n  ".join(found))
+    assert not found, (
+        "the built book publishes instructor material (rebuild with `make "
+        "book`; lab pages must come from book/labs/):\n  " + "\n  ".join(found)
+    )
 
 
 @pytest.mark.browser
 def test_no_instructor_lab_was_built(built: Path) -> None:
     assert not (built / "labs").exists() and not (built / "_sources" / "labs").exists(), (
-        "_build/html/labs/ exists: the instructor labs were built; rebuild with `make book`")
+        "_build/html/labs/ exists: the instructor labs were built; rebuild with `make book`"
+    )
 
 
 def _hrefs(page: Path) -> list[str]:
@@ -443,14 +475,16 @@ def test_lab_page_and_its_buttons_open_the_student_notebook(lab: str, built: Pat
 
     colab = [h for h in hrefs if h.startswith(config["launch_buttons"]["colab_url"])]
     assert colab == [f"https://colab.research.google.com/github/{repo}/blob/{branch}/{target}"], (
-        f"the Colab button of {lab} opens {colab}, not the student notebook {target}")
+        f"the Colab button of {lab} opens {colab}, not the student notebook {target}"
+    )
     hub = [unquote(h) for h in hrefs if h.startswith(config["launch_buttons"]["jupyterhub_url"])]
     assert hub and all(h.endswith(f"/{target}") or f"/{target}&" in h for h in hub), hub
     downloads = [h for h in hrefs if h.endswith(".ipynb") and "_sources" in h]
     assert downloads and all(h.endswith(f"_sources/{target}") for h in downloads), downloads
     served = json.loads((built / "_sources" / target).read_text())
     assert served == json.loads((STUDENT_LABS / f"{lab}.ipynb").read_text()), (
-        f"the downloadable {target} is not the committed student notebook")
+        f"the downloadable {target} is not the committed student notebook"
+    )
     instructor = [h for h in map(unquote, hrefs) if re.search(rf"(?<!book)/labs/{lab}\b", h)]
     assert not instructor, f"links to the instructor source on {lab}'s page: {instructor}"
 

@@ -9,7 +9,10 @@ from mlinfra_lab.tracking.testing import available_backends, fresh_store
 
 pytestmark = pytest.mark.tracking
 
-BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+BACKENDS = [
+    pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else [])
+    for b in available_backends()
+]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -18,8 +21,14 @@ def world(request, tmp_path):
     with fresh_store(request.param, tmp_path, default_user="alice") as store:
         store.create_project("secret")
         ds = store.register_dataset("secret", "corpus", "v1", "s3://bucket/corpus-v1")
-        run = store.start_run("secret", name="train", params={"lr": 0.1}, tags={"team": "nlp"},
-                              code_commit="c0ffee", inputs=[ds])
+        run = store.start_run(
+            "secret",
+            name="train",
+            params={"lr": 0.1},
+            tags={"team": "nlp"},
+            code_commit="c0ffee",
+            inputs=[ds],
+        )
         run.log_metrics({"acc": 0.9})
         art = run.log_artifact(b"checkpoint bytes", "ckpt.pt", kind="checkpoint")
         run.end()
@@ -30,9 +39,13 @@ def world(request, tmp_path):
 def test_view_sees_runs_and_metrics_but_cannot_download(world):
     store, ds, run, art = world
     assert store.get_run(run.id, user="bob").metrics == {"acc": 0.9}
-    assert [r.name for r in store.search_runs("secret", "metrics.acc > 0.5", user="bob")] == ["train"]
+    assert [r.name for r in store.search_runs("secret", "metrics.acc > 0.5", user="bob")] == [
+        "train"
+    ]
     listed = store.list_artifacts(run.id, user="bob")
-    assert [a.name for a in listed] == ["ckpt.pt"] and listed[0].uri is None, "VIEW must not reveal blob URIs"
+    assert [a.name for a in listed] == ["ckpt.pt"] and listed[0].uri is None, (
+        "VIEW must not reveal blob URIs"
+    )
     with pytest.raises(PermissionDenied, match="READ_ARTIFACTS") as err:
         store.open_artifact(art.id, user="bob")
     assert err.value.needed == "READ_ARTIFACTS" and err.value.principal == "bob"
@@ -61,7 +74,9 @@ def test_no_grant_sees_nothing_through_any_path(world):
     ):
         with pytest.raises(PermissionDenied):
             call()
-    assert store.search_runs(None, None, user=mallory) == [], "cross-project search lists only visible projects"
+    assert store.search_runs(None, None, user=mallory) == [], (
+        "cross-project search lists only visible projects"
+    )
     assert store.search_runs(None, "tags.team = 'nlp'", user=mallory) == []
     plan = store.apply_retention(_delete_all_policy(), user=mallory)
     assert plan.actions == (), "retention only plans over projects you ADMIN"
@@ -94,7 +109,9 @@ def test_lineage_hides_nodes_of_projects_you_cannot_view(world):
     assert set(seen.nodes) == {out.node, ft.node}, "nodes of 'secret' must stay hidden"
     assert all(s in seen.nodes and d in seen.nodes for s, d, _ in seen.edges)
     fwd = store.lineage(ds, "forward", user="alice")
-    assert {run.node, art.node} <= set(fwd.nodes) and ft.node not in fwd.nodes, "alice cannot view 'public'"
+    assert {run.node, art.node} <= set(fwd.nodes) and ft.node not in fwd.nodes, (
+        "alice cannot view 'public'"
+    )
     assert set(store.lineage(ds, "forward", depth=1, user="alice").nodes) == {ds.node, run.node}
 
 
@@ -120,4 +137,6 @@ def test_missing_artifact_is_not_found(world):
 def _delete_all_policy():
     from mlinfra_lab.tracking import RetentionPolicy, RetentionRule
 
-    return RetentionPolicy((RetentionRule(kind="checkpoint", keep_all_days=0, keep_last_runs=0, keep_final=False),))
+    return RetentionPolicy(
+        (RetentionRule(kind="checkpoint", keep_all_days=0, keep_last_runs=0, keep_final=False),)
+    )

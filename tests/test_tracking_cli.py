@@ -19,7 +19,9 @@ def db(tmp_path):
         store.create_project("proj")
         ds = store.register_dataset("proj", "corpus", "v1", "s3://c/v1")
         for i, acc in enumerate([0.7, 0.95]):
-            run = store.start_run("proj", name=f"r{i}", params={"lr": 0.01}, inputs=[ds], start_time=1e9 + i)
+            run = store.start_run(
+                "proj", name=f"r{i}", params={"lr": 0.01}, inputs=[ds], start_time=1e9 + i
+            )
             run.log_metrics({"acc": acc})
             run.log_artifact(f"ckpt {i}".encode(), "ckpt.pt", kind="checkpoint", step=1)
             run.end()
@@ -47,7 +49,9 @@ def test_bad_filter_and_missing_grant_are_one_line_errors(db, capsys):
 def test_grant_lineage_retention_gc(db, capsys):
     common, ds = db
     assert main(["track", "grant", "proj", "bob", "view", *common]) == 0
-    assert main(["track", "grant", "proj", "bob", "view", "--kind", "team", *common]) == 2, "bob is a user"
+    assert main(["track", "grant", "proj", "bob", "view", "--kind", "team", *common]) == 2, (
+        "bob is a user"
+    )
     assert "is a user, not a team" in capsys.readouterr().err
     bob = [*common[:-1], "bob"]
     assert main(["track", "runs", "search", "proj", *bob]) == 0
@@ -55,9 +59,41 @@ def test_grant_lineage_retention_gc(db, capsys):
     assert main(["track", "lineage", ds.node, "--json", *common]) == 0
     graph = json.loads(capsys.readouterr().out)
     assert len([n for n in graph["nodes"] if n.startswith("run:")]) == 2
-    assert main(["track", "retention", "plan", "--keep-days", "0", "--keep-runs", "0", "--delete-after", "1", *common]) == 0
+    assert (
+        main(
+            [
+                "track",
+                "retention",
+                "plan",
+                "--keep-days",
+                "0",
+                "--keep-runs",
+                "0",
+                "--delete-after",
+                "1",
+                *common,
+            ]
+        )
+        == 0
+    )
     assert "plan (dry run, nothing changed)" in capsys.readouterr().out
-    assert main(["track", "retention", "apply", "--keep-days", "0", "--keep-runs", "0", "--delete-after", "1", *common]) == 0
+    assert (
+        main(
+            [
+                "track",
+                "retention",
+                "apply",
+                "--keep-days",
+                "0",
+                "--keep-runs",
+                "0",
+                "--delete-after",
+                "1",
+                *common,
+            ]
+        )
+        == 0
+    )
     assert '"delete": 2' in capsys.readouterr().out
     assert main(["track", "gc", "--grace", "0", *common]) == 0
     assert "deleted 2 unreferenced blob(s)" in capsys.readouterr().out
@@ -65,8 +101,24 @@ def test_grant_lineage_retention_gc(db, capsys):
 
 def test_bench_tracking_quick_run_without_mlflow(tmp_path, capsys):
     out = tmp_path / "results"
-    assert main(["bench", "tracking", "--scale", "0.0002", "--repeats", "3", "--no-mlflow",
-                 "--workdir", str(tmp_path), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "tracking",
+                "--scale",
+                "0.0002",
+                "--repeats",
+                "3",
+                "--no-mlflow",
+                "--workdir",
+                str(tmp_path),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     (path,) = out.glob("cpu-tracking-*.json")
     res = json.loads(path.read_text())
     ours = res["systems"]["mlinfra"]
@@ -79,12 +131,25 @@ def test_chapter_measurements_small(tmp_path):
     ivr = experiments.inline_vs_reference(tmp_path, runs=10, blob_bytes=50_000, repeats=1)
     assert ivr["inline"]["db_bytes"] > 10 * 50_000 > ivr["reference"]["db_bytes"]
     rates = experiments.skewed_access_hit_rates([10] * 20, [10, 50, 100, 200], accesses=500)
-    assert list(rates.values()) == sorted(rates.values()) and rates[200] > 0.9, "all 20 fit: only cold misses"
-    policy = RetentionPolicy((RetentionRule(keep_all_days=10, keep_last_runs=2, cold_after_days=30,
-                                            delete_after_days=60),), cold_root="memory://c")
-    sim = experiments.simulate_retention(policy, days=90, runs_per_day=2, ckpts_per_run=3, ckpt_bytes=1)
+    assert list(rates.values()) == sorted(rates.values()) and rates[200] > 0.9, (
+        "all 20 fit: only cold misses"
+    )
+    policy = RetentionPolicy(
+        (
+            RetentionRule(
+                keep_all_days=10, keep_last_runs=2, cold_after_days=30, delete_after_days=60
+            ),
+        ),
+        cold_root="memory://c",
+    )
+    sim = experiments.simulate_retention(
+        policy, days=90, runs_per_day=2, ckpts_per_run=3, ckpt_bytes=1
+    )
     assert sim.unmanaged_bytes[-1] > sim.kept_bytes[-1] + sim.cold_bytes[-1]
-    assert all(h + c <= u for h, c, u in zip(sim.kept_bytes, sim.cold_bytes, sim.unmanaged_bytes, strict=True))
+    assert all(
+        h + c <= u
+        for h, c, u in zip(sim.kept_bytes, sim.cold_bytes, sim.unmanaged_bytes, strict=True)
+    )
 
 
 def test_params_and_history_in_json_against_columns_and_tables(tmp_path):

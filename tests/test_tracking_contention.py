@@ -18,7 +18,10 @@ from mlinfra_lab.tracking.testing import available_backends, fresh_store, row_co
 
 pytestmark = pytest.mark.tracking
 
-BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+BACKENDS = [
+    pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else [])
+    for b in available_backends()
+]
 WRITERS, KEYS, STEPS = 8, 20, 10
 
 
@@ -31,7 +34,8 @@ def _same_keys_writer(db_url: str, artifact_root: str, run_id: int, worker: int,
     from mlinfra_lab.tracking.run import Run
 
     store = TrackingStore(db_url, artifact_root, default_user="owner", migrate_schema=False)
-    run = Run(store, run_id, "shared", "contended", "owner", batch_size=2 * KEYS)  # 5 batches per writer
+    # 5 batches per writer
+    run = Run(store, run_id, "shared", "contended", "owner", batch_size=2 * KEYS)
     keys = list(range(KEYS))
     rng = random.Random(worker)  # each writer sends the keys in its own order: the deadlock recipe
     barrier.wait()
@@ -51,7 +55,9 @@ def test_eight_writers_on_the_same_keys_of_one_run_lose_nothing(backend, tmp_pat
         honest.end()
         run = store.start_run("shared", name="contended")
         codes = run_together(_same_keys_writer, WRITERS, store.db_url, store.artifact_root, run.id)
-        assert codes == [0] * WRITERS, "a writer failed (a deadlock or raw database error reached it; see stderr)"
+        assert codes == [0] * WRITERS, (
+            "a writer failed (a deadlock or raw database error reached it; see stderr)"
+        )
         assert row_count(store, "metrics") == WRITERS * KEYS * STEPS + 1, "metric points were lost"
         last = (STEPS - 1) * WRITERS + WRITERS - 1
         assert store.get_run(run.id).metrics == {f"k{k:02d}": _value(last, k) for k in range(KEYS)}
@@ -70,14 +76,26 @@ def _inject_failure(store, backend: str) -> None:
         conn.execute(text("CREATE TABLE fault (x INTEGER)"))
         conn.execute(text("INSERT INTO fault VALUES (1)"))
         if backend == "postgres":
-            conn.execute(text("CREATE FUNCTION fail_if_fault() RETURNS trigger AS $$ BEGIN "
-                              "IF EXISTS (SELECT 1 FROM fault) THEN RAISE EXCEPTION 'injected fault'; END IF; "
-                              "RETURN NULL; END $$ LANGUAGE plpgsql"))  # fmt: skip
-            conn.execute(text("CREATE CONSTRAINT TRIGGER fail_at_commit AFTER INSERT ON metrics "
-                              "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fail_if_fault()"))  # fmt: skip
+            conn.execute(
+                text(
+                    "CREATE FUNCTION fail_if_fault() RETURNS trigger AS $$ BEGIN "
+                    "IF EXISTS (SELECT 1 FROM fault) THEN RAISE EXCEPTION 'injected fault'; END IF; "
+                    "RETURN NULL; END $$ LANGUAGE plpgsql"
+                )
+            )
+            conn.execute(
+                text(
+                    "CREATE CONSTRAINT TRIGGER fail_at_commit AFTER INSERT ON metrics "
+                    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fail_if_fault()"
+                )
+            )
         else:
-            conn.execute(text("CREATE TRIGGER fail_upsert BEFORE INSERT ON latest_metrics "
-                              "WHEN EXISTS (SELECT 1 FROM fault) BEGIN SELECT RAISE(ABORT, 'injected fault'); END"))
+            conn.execute(
+                text(
+                    "CREATE TRIGGER fail_upsert BEFORE INSERT ON latest_metrics "
+                    "WHEN EXISTS (SELECT 1 FROM fault) BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+                )
+            )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -90,14 +108,21 @@ def test_a_failed_commit_keeps_the_buffered_points_and_says_no_sql(backend, tmp_
         with pytest.raises(TrackingError) as err:
             run.flush()
         message = str(err.value)
-        assert "INSERT" not in message.upper() and "injected" not in message and "0.5" not in message, message
-        assert err.value.__cause__ is None and err.value.__suppress_context__, "the raw driver error is not chained"
+        assert (
+            "INSERT" not in message.upper() and "injected" not in message and "0.5" not in message
+        ), message
+        assert err.value.__cause__ is None and err.value.__suppress_context__, (
+            "the raw driver error is not chained"
+        )
         assert row_count(store, "metrics") == 0
         with store.engine.begin() as conn:
             conn.execute(text("DELETE FROM fault"))
         assert run.flush() == 60, "the points buffered before the failure are all still there"
         run.end()
-        assert row_count(store, "metrics") == 60 and store.get_run(run.id).metrics == {"loss": 1 / 30, "acc": 29 / 30}
+        assert row_count(store, "metrics") == 60 and store.get_run(run.id).metrics == {
+            "loss": 1 / 30,
+            "acc": 29 / 30,
+        }
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -111,20 +136,33 @@ def test_transactions_the_database_aborts_are_retried_and_others_are_wrapped(bac
 
         def abort_first(conn):  # the database itself aborts the first attempt, as a deadlock victim
             calls.append(1)
-            conn.execute(text("INSERT INTO tags (run_id, key, value) VALUES (:r, 'try', :n)"),
-                         {"r": honest.id, "n": str(len(calls))})
+            conn.execute(
+                text("INSERT INTO tags (run_id, key, value) VALUES (:r, 'try', :n)"),
+                {"r": honest.id, "n": str(len(calls))},
+            )
             if len(calls) == 1:
-                conn.execute(text("DO $$ BEGIN RAISE EXCEPTION 'victim' USING ERRCODE = 'deadlock_detected'; END $$")
-                             if backend == "postgres" else text("SELECT * FROM no_such_table"))
+                conn.execute(
+                    text(
+                        "DO $$ BEGIN RAISE EXCEPTION 'victim' USING ERRCODE = 'deadlock_detected'; END $$"
+                    )
+                    if backend == "postgres"
+                    else text("SELECT * FROM no_such_table")
+                )
             return len(calls)
 
         if backend == "postgres":
-            assert transact(store.engine, abort_first, "testing") == 2, "a deadlock victim is run again"
+            assert transact(store.engine, abort_first, "testing") == 2, (
+                "a deadlock victim is run again"
+            )
             assert store.get_run(honest.id).tags == {"try": "2"}, "the aborted attempt left nothing"
 
             def always(conn):
                 calls.append(1)
-                conn.execute(text("DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = 'serialization_failure'; END $$"))
+                conn.execute(
+                    text(
+                        "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = 'serialization_failure'; END $$"
+                    )
+                )
 
             calls.clear()
             with pytest.raises(DatabaseError) as err:

@@ -4,12 +4,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import networkx as nx  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import networkx as nx
+import pytest
 
-from mlinfra_lab.tracking import RetentionPolicy, RetentionRule, experiments  # noqa: E402
-from mlinfra_lab.tracking.cache import CacheStats  # noqa: E402
+from mlinfra_lab.tracking import RetentionPolicy, RetentionRule, experiments
+from mlinfra_lab.tracking.cache import CacheStats
 
 pytestmark = pytest.mark.tracking
 
@@ -34,10 +34,17 @@ def test_each_measurement_has_its_figure(tmp_path):
     ax = experiments.plot_cache_hit_rates(sim, stats, 10, "demo").axes[0]
     assert list(ax.get_lines()[1].get_xdata()) == [10] and ax.get_title() == "demo"
 
-    policy = RetentionPolicy((RetentionRule(keep_all_days=5, keep_last_runs=1, cold_after_days=10,
-                                            delete_after_days=20),), cold_root="memory://c")
-    ret = experiments.simulate_retention(policy, days=30, runs_per_day=1, ckpts_per_run=2,
-                                         ckpt_bytes=1)
+    policy = RetentionPolicy(
+        (
+            RetentionRule(
+                keep_all_days=5, keep_last_runs=1, cold_after_days=10, delete_after_days=20
+            ),
+        ),
+        cold_root="memory://c",
+    )
+    ret = experiments.simulate_retention(
+        policy, days=30, runs_per_day=1, ckpts_per_run=2, ckpt_bytes=1
+    )
     assert len(experiments.plot_retention(ret).axes[0].collections) == 2  # hot and cold stacked
     assert len(experiments.plot_retention(ret, stacked=False).axes[0].get_lines()) == 2
 
@@ -52,10 +59,16 @@ def test_lineage_is_drawn_left_to_right():
 
 
 def test_the_benchmark_figure_with_and_without_mlflow():
-    search = {"db_runs": 10, "queries": [{"name": "a", "p50_ms": 1.0}, {"name": "b", "p50_ms": 2.0}]}
+    search = {
+        "db_runs": 10,
+        "queries": [{"name": "a", "p50_ms": 1.0}, {"name": "b", "p50_ms": 2.0}],
+    }
     ours = {"log": {"points_per_s": 1e5}, "search": search}
-    mlflow = {"log": {"points_per_s": 1e3}, "log_batched_1000": {"points_per_s": 1e4},
-              "search": search}
+    mlflow = {
+        "log": {"points_per_s": 1e3},
+        "log_batched_1000": {"points_per_s": 1e4},
+        "search": search,
+    }
     alone = experiments.plot_bench({"systems": {"mlinfra": ours}})
     assert len(alone.axes[0].patches) == 1 and len(alone.axes[1].patches) == 2
     both = experiments.plot_bench({"systems": {"mlinfra": ours, "mlflow": mlflow}})

@@ -23,7 +23,10 @@ from mlinfra_lab.tracking.testing import (
 
 pytestmark = pytest.mark.tracking
 
-BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+BACKENDS = [
+    pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else [])
+    for b in available_backends()
+]
 OPENERS = 4
 
 
@@ -45,17 +48,27 @@ def test_concurrent_first_open_migrates_once_and_every_opener_can_log(backend, t
 
     with fresh_db_url(backend, tmp_path) as url:
         codes = run_together(_open_and_log, OPENERS, url, str(tmp_path / "artifacts"))
-        assert codes == [0] * OPENERS, f"an opener failed on the fresh database (exit codes {codes}; see stderr)"
-        with TrackingStore(url, str(tmp_path / "artifacts"), default_user="user0", migrate_schema=False) as store:
-            assert current_revision(store.engine) == head_revision(), "the schema is not at the newest revision"
+        assert codes == [0] * OPENERS, (
+            f"an opener failed on the fresh database (exit codes {codes}; see stderr)"
+        )
+        with TrackingStore(
+            url, str(tmp_path / "artifacts"), default_user="user0", migrate_schema=False
+        ) as store:
+            assert current_revision(store.engine) == head_revision(), (
+                "the schema is not at the newest revision"
+            )
             assert row_count(store, "runs") == OPENERS and row_count(store, "metrics") == OPENERS
-            assert row_count(store, "artifacts") == OPENERS and row_count(store, "projects") == OPENERS
+            assert (
+                row_count(store, "artifacts") == OPENERS and row_count(store, "projects") == OPENERS
+            )
 
 
 def _first_run_of_shared_project(db_url: str, artifact_root: str, worker: int, barrier) -> None:
     from mlinfra_lab.tracking import TrackingStore
 
-    with TrackingStore(db_url, artifact_root, default_user="newcomer", migrate_schema=False) as store:
+    with TrackingStore(
+        db_url, artifact_root, default_user="newcomer", migrate_schema=False
+    ) as store:
         barrier.wait()  # all four see no project "shared" and no principal "newcomer" yet
         store.start_run("shared", name=f"w{worker}", params={"worker": worker}).end()
 
@@ -65,9 +78,15 @@ def test_concurrent_first_runs_of_a_new_project_by_a_new_user_all_succeed(backen
     from mlinfra_lab.tracking import Level
 
     with fresh_store(backend, tmp_path) as store:
-        codes = run_together(_first_run_of_shared_project, OPENERS, store.db_url, store.artifact_root)
-        assert codes == [0] * OPENERS, f"a first run of the new project failed (exit codes {codes}; see stderr)"
+        codes = run_together(
+            _first_run_of_shared_project, OPENERS, store.db_url, store.artifact_root
+        )
+        assert codes == [0] * OPENERS, (
+            f"a first run of the new project failed (exit codes {codes}; see stderr)"
+        )
         assert row_count(store, "projects") == 1 and row_count(store, "runs") == OPENERS
-        assert row_count(store, "principals") == 1, "the new user must be one principal, created once"
+        assert row_count(store, "principals") == 1, (
+            "the new user must be one principal, created once"
+        )
         assert row_count(store, "grants") == 1, "exactly one process (the creator) grants ADMIN"
         assert store.level("shared", user="newcomer") == Level.ADMIN

@@ -21,7 +21,10 @@ from mlinfra_lab.tracking.testing import available_backends, fresh_store, row_co
 
 pytestmark = pytest.mark.tracking
 
-BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+BACKENDS = [
+    pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else [])
+    for b in available_backends()
+]
 ROUNDS = 20
 DELAY_S = 0.03  # seconds; the old collector lost 1 to 4 of 20 rounds at this spread
 
@@ -65,7 +68,9 @@ def test_gc_racing_a_deduplicated_upload_never_loses_the_new_artifact(backend, t
         codes = run_together(_racer, 2, store.db_url, store.artifact_root, str(results))
         assert codes == [0, 0], "a racer failed (see its stderr)"
         outcomes = results.read_text().split()
-        assert outcomes == ["True"] * ROUNDS, f"readable {outcomes.count('True')}/{ROUNDS}: {outcomes}"
+        assert outcomes == ["True"] * ROUNDS, (
+            f"readable {outcomes.count('True')}/{ROUNDS}: {outcomes}"
+        )
         assert store.read_artifact(kept.id) == b"honest weights"
         assert row_count(store, "pending_uploads") == 0, "finished uploads leave no pending record"
 
@@ -100,13 +105,17 @@ def test_partial_uploads_of_killed_writers_are_swept_after_the_grace_period(back
         assert codes == [-signal.SIGKILL]
         tmp = Path(store.blobs._root_path) / "tmp"
         partial = list(tmp.iterdir())
-        assert len(partial) == 1 and partial[0].stat().st_size >= 2 << 20, "the killed upload left its part"
+        assert len(partial) == 1 and partial[0].stat().st_size >= 2 << 20, (
+            "the killed upload left its part"
+        )
         store.gc(grace_seconds=0)
         assert partial[0].exists(), "an upload younger than the grace period may still be running"
         old = time.time() - 2 * 3600
         os.utime(partial[0], (old, old))
         report = store.gc(grace_seconds=0)
-        assert not partial[0].exists() and report.bytes_freed >= 2 << 20, "the stale partial upload is swept"
+        assert not partial[0].exists() and report.bytes_freed >= 2 << 20, (
+            "the stale partial upload is swept"
+        )
         assert store.read_artifact(kept.id) == b"honest weights"
         honest.end()
 

@@ -22,7 +22,10 @@ from mlinfra_lab.tracking.testing import available_backends, fresh_store
 
 pytestmark = pytest.mark.tracking
 
-BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+BACKENDS = [
+    pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else [])
+    for b in available_backends()
+]
 ARCHS = ["ResNet-50", "resnet_18", "resnetX18", "res%net", "vit"]
 
 
@@ -59,19 +62,27 @@ def test_hostile_filters_are_query_errors_that_leak_nothing(store, name):
         store.search_runs("p", HOSTILE[name])
     message = str(err.value)
     assert len(message) < 1000 and "SELECT" not in message.upper(), message[:300]
-    assert [r.name for r in store.search_runs("p", "tags.arch = 'vit'")] == ["r4"], "the honest search broke"
+    assert [r.name for r in store.search_runs("p", "tags.arch = 'vit'")] == ["r4"], (
+        "the honest search broke"
+    )
 
 
 def test_the_limits_sit_where_documented(store):
-    ok = [" and ".join(f"metrics.acc > {i / 100}" for i in range(MAX_CONDITIONS)),
-          "(" * MAX_DEPTH + "metrics.acc > 0" + ")" * MAX_DEPTH,
-          "id in (" + ",".join(str(i) for i in range(MAX_IN_VALUES)) + ")",
-          "metrics.acc > 1e999", "tags.arch like '\U0010ffff%'", "tags.arch like 'a\ud7ff%'",
-          "name = '\U0001f600'"]  # fmt: skip
+    ok = [
+        " and ".join(f"metrics.acc > {i / 100}" for i in range(MAX_CONDITIONS)),
+        "(" * MAX_DEPTH + "metrics.acc > 0" + ")" * MAX_DEPTH,
+        "id in (" + ",".join(str(i) for i in range(MAX_IN_VALUES)) + ")",
+        "metrics.acc > 1e999",
+        "tags.arch like '\U0010ffff%'",
+        "tags.arch like 'a\ud7ff%'",
+        "name = '\U0001f600'",
+    ]
     for f in ok:
         store.search_runs("p", f)  # just inside every limit, and odd but valid values: no error
-    for f in (" and ".join(["metrics.acc > 0"] * (MAX_CONDITIONS + 1)),
-              "(" * (MAX_DEPTH + 1) + "metrics.acc > 0" + ")" * (MAX_DEPTH + 1)):  # fmt: skip
+    for f in (
+        " and ".join(["metrics.acc > 0"] * (MAX_CONDITIONS + 1)),
+        "(" * (MAX_DEPTH + 1) + "metrics.acc > 0" + ")" * (MAX_DEPTH + 1),
+    ):
         with pytest.raises(QueryError):
             store.search_runs("p", f)
 
@@ -80,7 +91,9 @@ def test_like_is_one_rule_on_both_backends(store):
     def names(pattern):
         return sorted(r.tags["arch"] for r in store.search_runs("p", f"tags.arch like '{pattern}'"))
 
-    assert names("res%") == ["res%net", "resnetX18", "resnet_18"], "case-sensitive, as on PostgreSQL"
+    assert names("res%") == ["res%net", "resnetX18", "resnet_18"], (
+        "case-sensitive, as on PostgreSQL"
+    )
     assert names("Res%") == ["ResNet-50"]
     assert names("resnet_18") == ["resnetX18", "resnet_18"], "'_' is any one character"
     assert names("resnet\\\\_18") == ["resnet_18"], "a backslash makes '_' literal"
@@ -97,11 +110,17 @@ def test_a_search_that_runs_too_long_is_stopped(store, tmp_path):
         blocker = None
         with store.engine.begin() as conn:
             pid = conn.execute(text("SELECT id FROM projects WHERE name = 'p'")).scalar()
-            conn.execute(text("INSERT INTO runs (id, project_id, name, status, \"user\", created_at) "
-                              "VALUES (:i, :p, 'bulk', 'FINISHED', 'owner', 0)"),
-                         [{"i": 1000 + i, "p": pid} for i in range(3000)])  # fmt: skip
-            conn.execute(text("INSERT INTO tags (run_id, key, value) VALUES (:i, 'arch', 'bulk')"),
-                         [{"i": 1000 + i} for i in range(3000)])
+            conn.execute(
+                text(
+                    'INSERT INTO runs (id, project_id, name, status, "user", created_at) '
+                    "VALUES (:i, :p, 'bulk', 'FINISHED', 'owner', 0)"
+                ),
+                [{"i": 1000 + i, "p": pid} for i in range(3000)],
+            )
+            conn.execute(
+                text("INSERT INTO tags (run_id, key, value) VALUES (:i, 'arch', 'bulk')"),
+                [{"i": 1000 + i} for i in range(3000)],
+            )
         store.search_timeout_s = 0.0
     try:
         with pytest.raises(QueryError, match="longer than"):
@@ -118,7 +137,9 @@ def test_a_search_that_runs_too_long_is_stopped(store, tmp_path):
 def test_open_artifact_streams_a_blob_of_megabytes(store, tmp_path, cache_bytes):
     from mlinfra_lab.tracking.cache import ArtifactCache
 
-    store.cache = None if cache_bytes is None else ArtifactCache(tmp_path / "small-cache", cache_bytes)
+    store.cache = (
+        None if cache_bytes is None else ArtifactCache(tmp_path / "small-cache", cache_bytes)
+    )
     size = 12 << 20  # 12 MiB, larger than the cache
     data = hashlib.sha256(b"seed").digest() * (size // 32)
     run = store.start_run("p", name="big")

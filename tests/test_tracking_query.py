@@ -11,7 +11,10 @@ from mlinfra_lab.tracking.testing import available_backends, fresh_store
 
 pytestmark = pytest.mark.tracking
 
-BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+BACKENDS = [
+    pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else [])
+    for b in available_backends()
+]
 DAY = 86400.0
 
 
@@ -52,7 +55,7 @@ def test_an_empty_filter_means_no_filter():
         "status = 'a' -- comment",
         "params.`lr` = 1 /* x */",
         "metrics.acc > 0 or exists(select 1)",
-        "tags.team = \"nlp\"\x00",
+        'tags.team = "nlp"\x00',
     ],
 )
 def test_injection_attempts_are_parse_errors(text):
@@ -80,8 +83,13 @@ def populated(request, tmp_path_factory):
             ("e", 1e-3, "sgd", "speech", None, 3, "KILLED"),
         ]
         for name, lr, opt, team, acc, age, status in specs:
-            run = store.start_run("p", name=name, params={"lr": lr, "optimizer": opt}, tags={"team": team},
-                                  start_time=now - age * DAY)
+            run = store.start_run(
+                "p",
+                name=name,
+                params={"lr": lr, "optimizer": opt},
+                tags={"team": team},
+                start_time=now - age * DAY,
+            )
             if acc is not None:
                 run.log_metrics({"val_acc": acc, "loss": 1 - acc})
             run.end(status)
@@ -93,14 +101,18 @@ def populated(request, tmp_path_factory):
     "text, expected",
     [
         ("metrics.val_acc > 0.85", {"a", "c"}),
-        ("metrics.val_acc > 0.85 and params.lr <= 1e-3 and tags.team = \"nlp\" and created > -30d", {"a"}),
+        (
+            'metrics.val_acc > 0.85 and params.lr <= 1e-3 and tags.team = "nlp" and created > -30d',
+            {"a"},
+        ),
         ("params.optimizer = 'adam' or params.optimizer = 'adamw'", {"a", "c", "d"}),
         ("(tags.team = 'nlp' or tags.team = 'vision') and metrics.val_acc < 0.9", {"b", "d"}),
         ("params.optimizer in ('sgd', 'adamw')", {"b", "d", "e"}),
         ("params.optimizer not in ('sgd', 'adamw')", {"a", "c"}),
         ("params.optimizer like 'adam%'", {"a", "c", "d"}),
         ("params.lr in (0.001, 0.01)", {"a", "b", "e"}),
-        ("not metrics.val_acc > 0.85", {"b", "d", "e"}),  # a run without the metric matches the negation
+        # a run without the metric matches the negation
+        ("not metrics.val_acc > 0.85", {"b", "d", "e"}),
         ("status != 'FINISHED'", {"c", "e"}),
         ("created < -7d", {"b", "c"}),
         ("attributes.status = 'KILLED' OR name = 'a'", {"a", "e"}),
@@ -117,7 +129,9 @@ def test_order_by_and_limit(populated):
     assert [r.name for r in runs] == ["c", "a", "b"]
     runs = populated.search_runs("p", "params.lr > 0", order_by="params.lr", limit=2)
     assert [r.name for r in runs] == ["c", "d"]
-    assert [r.name for r in populated.search_runs("p", limit=2)] == ["a", "d"], "newest first by default"
+    assert [r.name for r in populated.search_runs("p", limit=2)] == ["a", "d"], (
+        "newest first by default"
+    )
 
 
 def test_explain_a_filter_with_an_in_list(populated):
@@ -129,7 +143,9 @@ def test_explain_a_filter_with_an_in_list(populated):
 
 def test_search_across_projects_and_plans_use_indexes(populated):
     assert {r.project for r in populated.search_runs(None, "tags.team = 'nlp'")} == {"p", "other"}
-    plan = " ".join(populated.explain_search("p", "metrics.val_acc > 0.85 and tags.team = 'nlp'")).lower()
+    plan = " ".join(
+        populated.explain_search("p", "metrics.val_acc > 0.85 and tags.team = 'nlp'")
+    ).lower()
     assert plan
     if populated.engine.dialect.name != "sqlite":
         return  # PostgreSQL picks sequential scans on tiny tables; its plans depend on statistics
@@ -139,8 +155,12 @@ def test_search_across_projects_and_plans_use_indexes(populated):
 @pytest.mark.parametrize("plan", ["in", "exists"])
 def test_both_plans_return_the_same_runs(populated, plan, monkeypatch):
     """Materialized IN-subqueries and per-run EXISTS probes are two plans of one query."""
-    cases = ["metrics.val_acc > 0.85 and params.optimizer = 'adam'", "params.optimizer like 'adam%' and tags.team = 'vision'",
-             "params.lr in (0.001, 0.01) and tags.team != 'speech'", "params.optimizer not in ('sgd') and metrics.loss < 0.2"]
+    cases = [
+        "metrics.val_acc > 0.85 and params.optimizer = 'adam'",
+        "params.optimizer like 'adam%' and tags.team = 'vision'",
+        "params.lr in (0.001, 0.01) and tags.team != 'speech'",
+        "params.optimizer not in ('sgd') and metrics.loss < 0.2",
+    ]
     want = [{r.name for r in populated.search_runs("p", c)} for c in cases]
     monkeypatch.setattr(reading, "plan_choice", lambda conn, pred, limit: plan)
     got = [{r.name for r in populated.search_runs("p", c)} for c in cases]

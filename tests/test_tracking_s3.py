@@ -23,12 +23,19 @@ from _artifact_streaming import open_and_hash
 from mlinfra_lab.tracking import IntegrityError, RetentionPolicy, RetentionRule
 from mlinfra_lab.tracking.testing import available_backends, fresh_store
 
-s3fs = pytest.importorskip("s3fs", reason="pip install s3fs 'moto[server]' (requirements.txt) for the S3 suite")
-pytest.importorskip("moto.server", reason="pip install 'moto[server]' (requirements.txt) for the S3 suite")
+s3fs = pytest.importorskip(
+    "s3fs", reason="pip install s3fs 'moto[server]' (requirements.txt) for the S3 suite"
+)
+pytest.importorskip(
+    "moto.server", reason="pip install 'moto[server]' (requirements.txt) for the S3 suite"
+)
 
 pytestmark = pytest.mark.tracking
 
-BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+BACKENDS = [
+    pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else [])
+    for b in available_backends()
+]
 
 
 def _free_port() -> int:
@@ -43,8 +50,11 @@ def s3_endpoint():
     import fsspec.config
 
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -56,9 +66,15 @@ def s3_endpoint():
                     raise RuntimeError("moto's S3 server did not start") from None
                 time.sleep(0.1)
         saved = fsspec.config.conf.get("s3")
-        fsspec.config.conf["s3"] = {"key": "testing", "secret": "testing", "use_listings_cache": False,
-                                    "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
-                                                      "region_name": "eu-west-1"}}  # fmt: skip
+        fsspec.config.conf["s3"] = {
+            "key": "testing",
+            "secret": "testing",
+            "use_listings_cache": False,
+            "client_kwargs": {
+                "endpoint_url": f"http://127.0.0.1:{port}",
+                "region_name": "eu-west-1",
+            },
+        }
         s3fs.S3FileSystem.clear_instance_cache()
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -90,7 +106,9 @@ def test_artifacts_live_in_the_bucket_once_per_content(store):
     b = run.log_artifact(io.BytesIO(b"tokenizer"), "tok-again.json")
     run.end()
     assert a.uri == b.uri and a.uri.startswith(store.artifact_root + "/blobs/")
-    assert store.blobs.fs.cat(store.blobs._path(a.uri)) == b"tokenizer", "the bytes are an S3 object"
+    assert store.blobs.fs.cat(store.blobs._path(a.uri)) == b"tokenizer", (
+        "the bytes are an S3 object"
+    )
     assert _objects(store) == {a.uri, store.honest.uri}, "one object per content"
     assert store.read_artifact(a.id) == store.read_artifact(b.id) == b"tokenizer"
     assert store.blobs.list_tmp() == [], "no temporary object is left behind"
@@ -111,11 +129,18 @@ def test_retention_then_gc_delete_the_object_and_nothing_else(store):
     run = store.start_run("p", name="old", start_time=time.time() - 400 * 86400)
     old = run.log_artifact(b"old checkpoint", "ckpt.pt", kind="checkpoint", step=1)
     run.end()
-    policy = RetentionPolicy((RetentionRule("checkpoint", keep_all_days=0, keep_last_runs=0, keep_final=False),))
+    policy = RetentionPolicy(
+        (RetentionRule("checkpoint", keep_all_days=0, keep_last_runs=0, keep_final=False),)
+    )
     assert store.apply_retention(policy, dry_run=False).deletes == [old.id]
     report = store.gc(grace_seconds=0)
-    assert report.deleted == (old.uri,) and not store.blobs.exists(old.uri), "the object is gone from the bucket"
-    assert _objects(store) == {store.honest.uri} and store.read_artifact(store.honest.id) == b"honest weights"
+    assert report.deleted == (old.uri,) and not store.blobs.exists(old.uri), (
+        "the object is gone from the bucket"
+    )
+    assert (
+        _objects(store) == {store.honest.uri}
+        and store.read_artifact(store.honest.id) == b"honest weights"
+    )
 
 
 def test_open_artifact_streams_an_object_of_megabytes(store):

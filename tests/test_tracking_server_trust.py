@@ -30,7 +30,10 @@ from mlinfra_lab.tracking.testing import available_backends, fresh_store
 
 pytestmark = pytest.mark.tracking
 
-BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+BACKENDS = [
+    pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else [])
+    for b in available_backends()
+]
 
 
 @dataclass
@@ -51,14 +54,25 @@ def world(request, tmp_path):
     """alice (store ADMIN) owns 'secret' with an honest run and checkpoint; mallory owns 'mine'; bob has a token."""
     with fresh_store(request.param, tmp_path, default_user="alice") as store:
         issued = {u: create_token(store.engine, u, by="alice") for u in ("alice", "mallory", "bob")}
-        with running_server(store) as url, TrackingClient(url, issued["alice"].secret) as alice, \
-                TrackingClient(url, issued["mallory"].secret) as mallory:  # fmt: skip
-            with alice.start_run("secret", name="honest", params={"lr": 0.1}, tags={"team": "nlp"}) as run:
+        with (
+            running_server(store) as url,
+            TrackingClient(url, issued["alice"].secret) as alice,
+            TrackingClient(url, issued["mallory"].secret) as mallory,
+        ):
+            with alice.start_run(
+                "secret", name="honest", params={"lr": 0.1}, tags={"team": "nlp"}
+            ) as run:
                 run.log_metrics({"acc": 0.9}, step=5)
                 art = run.log_artifact(b"honest weights", "ckpt.pt", kind="checkpoint")
             mallory.start_run("mine", name="mallorys").end()
-            yield World(store, url, {u: t.secret for u, t in issued.items()}, {u: t.id for u, t in issued.items()},
-                        run.id, art.id)  # fmt: skip
+            yield World(
+                store,
+                url,
+                {u: t.secret for u, t in issued.items()},
+                {u: t.id for u, t in issued.items()},
+                run.id,
+                art.id,
+            )
 
 
 def snapshot(w: World) -> tuple:
@@ -66,7 +80,12 @@ def snapshot(w: World) -> tuple:
     s = w.store
     info = s.get_run(w.honest, user="alice")
     arts = [(a.name, a.sha256) for a in s.list_artifacts(w.honest, user="alice")]
-    return info, arts, s.metric_history(w.honest, "acc", user="alice"), s.level("secret", principal="mallory")
+    return (
+        info,
+        arts,
+        s.metric_history(w.honest, "acc", user="alice"),
+        s.level("secret", principal="mallory"),
+    )
 
 
 def raw(w: World, method: str, path: str, user: str | None = "mallory", **kw) -> httpx.Response:
@@ -96,8 +115,10 @@ def test_the_identity_is_the_tokens_user_whatever_the_request_says(world, monkey
         assert err.value.principal == "mallory" and err.value.needed == "ADMIN"
     # Raw HTTP: a user in the body or the query string is refused; other headers are never read.
     grant = {"project": "secret", "principal": "mallory", "level": "ADMIN"}
-    for r in (raw(w, "POST", "/grants", json=grant | {"user": "alice"}),
-              raw(w, "POST", "/grants?user=alice", json=grant)):  # fmt: skip
+    for r in (
+        raw(w, "POST", "/grants", json=grant | {"user": "alice"}),
+        raw(w, "POST", "/grants?user=alice", json=grant),
+    ):
         assert r.status_code == 400 and r.json()["error"] == "IdentityError", r.text
     for header in ("X-Mlinfra-User", "X-User", "Remote-User", "X-Forwarded-User"):
         r = raw(w, "POST", "/grants", json=grant, headers={header: "alice"})
@@ -114,17 +135,30 @@ def test_writes_into_another_projects_run_are_refused(world):
     with w.client("mallory") as mallory:  # ADMIN of 'mine', nothing on 'secret'
         forged = RemoteRun(mallory, w.honest, "mine", "forged", "mallory")
         forged.log_metrics({"acc": 0.0}, step=99)
-        for write in (forged.flush, lambda: forged.log_params({"lr": 9}), lambda: forged.set_tags({"team": "evil"}),
-                      lambda: forged.log_artifact(b"evil" * 10_000, "evil.pt"), lambda: forged.end("KILLED")):  # fmt: skip
+        for write in (
+            forged.flush,
+            lambda: forged.log_params({"lr": 9}),
+            lambda: forged.set_tags({"team": "evil"}),
+            lambda: forged.log_artifact(b"evil" * 10_000, "evil.pt"),
+            lambda: forged.end("KILLED"),
+        ):
             with pytest.raises(NotFoundOrDenied) as err:
                 write()
             assert "secret" not in str(err.value), "the refusal must not name the run's project"
-        assert forged._buffer == [(99, {"acc": 0.0})], "a refused batch stays buffered: nothing is dropped"
+        assert forged._buffer == [(99, {"acc": 0.0})], (
+            "a refused batch stays buffered: nothing is dropped"
+        )
     r = raw(w, "POST", f"/runs/{w.honest}/metrics", json={"points": [[100, {"acc": 0.0}]]})
     assert r.status_code == 404 and r.json()["error"] == "NotFoundOrDenied"
     assert snapshot(w) == before, "the honest run changed"
-    assert BlobStore(w.store.artifact_root).list_blobs() == blobs, "a refused upload must store nothing"
-    denied = [a for a in w.store.audit_log("secret", limit=100) if a["principal"] == "mallory" and not a["allowed"]]
+    assert BlobStore(w.store.artifact_root).list_blobs() == blobs, (
+        "a refused upload must store nothing"
+    )
+    denied = [
+        a
+        for a in w.store.audit_log("secret", limit=100)
+        if a["principal"] == "mallory" and not a["allowed"]
+    ]
     assert len(denied) == 6, "each refused write is audited under the run's real project"
 
 
@@ -138,15 +172,24 @@ def test_revoking_write_stops_an_open_runs_writes_and_loses_nothing(world):
         assert run.flush() == 1
         alice.grant("secret", "bob", "VIEW")  # revoked while the run is open
         run.log_metrics({"loss": 0.5}, step=1)
-        for write in (run.flush, lambda: run.log_params({"lr": 1}), lambda: run.set_tags({"x": "y"}),
-                      lambda: run.log_artifact(b"late", "late.pt"), run.end):  # fmt: skip
+        for write in (
+            run.flush,
+            lambda: run.log_params({"lr": 1}),
+            lambda: run.set_tags({"x": "y"}),
+            lambda: run.log_artifact(b"late", "late.pt"),
+            run.end,
+        ):
             with pytest.raises(PermissionDenied) as err:
                 write()
             assert err.value.needed == "WRITE" and err.value.scope == "project:secret"
-        assert not run.ended and run._buffer == [(1, {"loss": 0.5})], "the refused point is still buffered"
+        assert not run.ended and run._buffer == [(1, {"loss": 0.5})], (
+            "the refused point is still buffered"
+        )
         info = w.store.get_run(run.id, user="alice")
         assert info.status == "RUNNING" and info.params == {} and info.tags == {}
-        assert w.store.metric_history(run.id, "loss", user="alice") == [(0, 1.0)], "only the point before the revoke"
+        assert w.store.metric_history(run.id, "loss", user="alice") == [(0, 1.0)], (
+            "only the point before the revoke"
+        )
         alice.grant("secret", "bob", "WRITE")  # given back: the buffered point was never lost
         run.end()
     assert w.store.metric_history(run.id, "loss", user="alice") == [(0, 1.0), (1, 0.5)]
@@ -157,11 +200,22 @@ def test_absent_bad_and_revoked_tokens_get_one_401(world):
     w = world
     before = snapshot(w)
     answers = set()
-    for headers in ({}, {"Authorization": "Bearer"}, {"Authorization": "Bearer not-a-token"},
-                    {"Authorization": "Bearer mlt_" + "x" * 43}, {"Authorization": "Basic YWxpY2U6YWxpY2U="},
-                    {"Authorization": "Bearer " + w.tokens["mallory"] + "x"}):  # fmt: skip
-        r = raw(w, "POST", "/grants", user=None, headers=headers,
-                json={"project": "secret", "principal": "mallory", "level": "ADMIN"})  # fmt: skip
+    for headers in (
+        {},
+        {"Authorization": "Bearer"},
+        {"Authorization": "Bearer not-a-token"},
+        {"Authorization": "Bearer mlt_" + "x" * 43},
+        {"Authorization": "Basic YWxpY2U6YWxpY2U="},
+        {"Authorization": "Bearer " + w.tokens["mallory"] + "x"},
+    ):
+        r = raw(
+            w,
+            "POST",
+            "/grants",
+            user=None,
+            headers=headers,
+            json={"project": "secret", "principal": "mallory", "level": "ADMIN"},
+        )
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", r.text
         answers.add(r.text)
     with pytest.raises(AuthenticationError):
@@ -188,16 +242,30 @@ def test_ids_you_cannot_see_get_one_answer_through_the_server(world):
     w = world
     missing_run, missing_art = 10**6, 10**6 + 1
 
-    def same(path_real: str, path_missing: str, method: str = "GET", real_id: int = 0, missing_id: int = 0,
-             **kw) -> None:  # fmt: skip
+    def same(
+        path_real: str,
+        path_missing: str,
+        method: str = "GET",
+        real_id: int = 0,
+        missing_id: int = 0,
+        **kw,
+    ) -> None:
         a, b = raw(w, method, path_real, **kw), raw(w, method, path_missing, **kw)
         assert a.status_code == b.status_code == 404, (a.text, b.text)
-        assert a.text.replace(str(real_id), "ID") == b.text.replace(str(missing_id), "ID"), (a.text, b.text)
+        assert a.text.replace(str(real_id), "ID") == b.text.replace(str(missing_id), "ID"), (
+            a.text,
+            b.text,
+        )
         assert "secret" not in a.text, "the answer must not name the project"
 
     h, m = w.honest, missing_run
     same(f"/runs/{h}", f"/runs/{m}", real_id=h, missing_id=m)
-    same(f"/runs/{h}/metric-history?key=acc", f"/runs/{m}/metric-history?key=acc", real_id=h, missing_id=m)
+    same(
+        f"/runs/{h}/metric-history?key=acc",
+        f"/runs/{m}/metric-history?key=acc",
+        real_id=h,
+        missing_id=m,
+    )
     same(f"/runs/{h}/artifacts", f"/runs/{m}/artifacts", real_id=h, missing_id=m)
     same(f"/lineage?node=run:{h}", f"/lineage?node=run:{m}", real_id=h, missing_id=m)
     a, ma = w.art, missing_art
@@ -226,8 +294,13 @@ def test_oversized_and_unmeasured_bodies_are_refused_before_they_are_read(world)
     before = snapshot(w)
     run = w.client("mallory").start_run("mine", name="big")
     huge = b'{"points": [' + b"[1, {}]," * (MAX_BODY_BYTES // 8) + b"[2, {}]]}"
-    reply = raw(w, "POST", f"/runs/{run.id}/metrics", content=huge,
-                headers={"content-type": "application/json"})
+    reply = raw(
+        w,
+        "POST",
+        f"/runs/{run.id}/metrics",
+        content=huge,
+        headers={"content-type": "application/json"},
+    )
     assert reply.status_code == 413
     err = error_from_payload(reply.status_code, reply.json())
     assert isinstance(err, RequestTooLarge) and "smaller batches" in str(err)
@@ -235,8 +308,13 @@ def test_oversized_and_unmeasured_bodies_are_refused_before_they_are_read(world)
     def chunks():
         yield b'{"points": []}'
 
-    reply = raw(w, "POST", f"/runs/{run.id}/metrics", content=chunks(),
-                headers={"content-type": "application/json"})
+    reply = raw(
+        w,
+        "POST",
+        f"/runs/{run.id}/metrics",
+        content=chunks(),
+        headers={"content-type": "application/json"},
+    )
     assert reply.status_code == 413 and "no stated length" in reply.json()["message"]
     assert w.store.metric_history(run.id, "acc", user="mallory") == []
     big = bytes(range(256)) * (MAX_BODY_BYTES // 256 + 1000)  # over the cap: an artifact may be

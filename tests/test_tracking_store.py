@@ -16,7 +16,10 @@ from mlinfra_lab.tracking.testing import available_backends, fresh_store
 
 pytestmark = pytest.mark.tracking
 
-BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+BACKENDS = [
+    pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else [])
+    for b in available_backends()
+]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -44,7 +47,10 @@ def test_batched_metrics_are_written_per_batch_and_on_flush(store):
     info = store.get_run(run.id)
     assert info.status == "FINISHED"
     assert info.metrics["acc"] == pytest.approx(0.99)
-    assert store.metric_history(run.id, "loss")[:2] == [(0, pytest.approx(1.0)), (1, pytest.approx(0.5))]
+    assert store.metric_history(run.id, "loss")[:2] == [
+        (0, pytest.approx(1.0)),
+        (1, pytest.approx(0.5)),
+    ]
 
 
 def test_latest_metric_never_moves_back_in_steps(store):
@@ -70,7 +76,9 @@ def test_artifacts_are_content_addressed_deduplicated_and_by_reference(store):
     assert not any("BLOB" in t or "BYTEA" in t for t in cols.values())
 
 
-@pytest.mark.parametrize("name", ["../escape.pt", "a/../../b", "/etc/passwd", "C:\\x", "ok\x00.pt", "", "a//b"])
+@pytest.mark.parametrize(
+    "name", ["../escape.pt", "a/../../b", "/etc/passwd", "C:\\x", "ok\x00.pt", "", "a//b"]
+)
 def test_bad_artifact_names_are_refused(store, name):
     run = store.start_run("p")
     with pytest.raises(ArtifactNameError):
@@ -100,8 +108,10 @@ def test_upload_failing_midway_leaves_no_row_and_no_blob(store):
         run.log_artifact(_FailingStream(), "ckpt/big.pt", kind="checkpoint")
     assert store.count("artifacts") == 0, "no row may point at a blob that was never completed"
     assert store.blobs.list_blobs() == []
-    assert not store.blobs.fs.exists(f"{store.blobs._root_path}/tmp") or \
-        store.blobs.fs.ls(f"{store.blobs._root_path}/tmp") == [], "the temporary file is removed"
+    assert (
+        not store.blobs.fs.exists(f"{store.blobs._root_path}/tmp")
+        or store.blobs.fs.ls(f"{store.blobs._root_path}/tmp") == []
+    ), "the temporary file is removed"
 
 
 def test_tampered_blob_raises_integrity_error(store):
@@ -125,7 +135,8 @@ def test_tampered_cache_entry_raises_integrity_error(store):
 
 def test_cache_counts_hits_misses_and_evicts_lru_within_its_bound(store):
     run = store.start_run("p")
-    arts = [run.log_artifact(bytes([i]) * 400, f"a{i}.bin") for i in range(3)]  # 400 B each, cache 1000 B
+    # 400 B each, cache 1000 B
+    arts = [run.log_artifact(bytes([i]) * 400, f"a{i}.bin") for i in range(3)]
     for a in (arts[0], arts[1], arts[0], arts[2]):  # a2 evicts a1 (least recently used)
         store.read_artifact(a.id)
     st = store.cache_stats()
@@ -133,7 +144,9 @@ def test_cache_counts_hits_misses_and_evicts_lru_within_its_bound(store):
     assert st.bytes_cached <= 1000
     assert arts[0].sha256 in store.cache and arts[1].sha256 not in store.cache
     big = run.log_artifact(b"z" * 5000, "big.bin")
-    assert store.read_artifact(big.id) == b"z" * 5000, "an item larger than the cache is still served"
+    assert store.read_artifact(big.id) == b"z" * 5000, (
+        "an item larger than the cache is still served"
+    )
     assert store.cache_stats().bytes_cached <= 1000
 
 
@@ -152,7 +165,9 @@ def test_context_manager_marks_failed_runs(store):
             run.log_metrics({"loss": 1.0})
             raise RuntimeError("training crashed")
     info = store.get_run(run.id)
-    assert info.status == "FAILED" and info.metrics == {"loss": 1.0}, "buffered points are flushed on failure"
+    assert info.status == "FAILED" and info.metrics == {"loss": 1.0}, (
+        "buffered points are flushed on failure"
+    )
 
 
 def test_migrations_build_exactly_the_declared_schema(store):
@@ -175,12 +190,18 @@ def test_hot_params_are_promoted_and_backfilled_by_migration(tmp_path):
     migrate(engine, "0001")  # an old database, before hot params existed
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO projects (id, name, created_at) VALUES (1, 'p', 0)"))
-        conn.execute(text("INSERT INTO runs (id, project_id, name, status, user, created_at) "
-                          "VALUES (1, 1, 'r', 'FINISHED', 'u', 0)"))
+        conn.execute(
+            text(
+                "INSERT INTO runs (id, project_id, name, status, user, created_at) "
+                "VALUES (1, 1, 'r', 'FINISHED', 'u', 0)"
+            )
+        )
         conn.execute(text("INSERT INTO params VALUES (1, 'lr', '0.003', 0.003)"))
     migrate(engine)
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT hot_lr FROM runs WHERE id = 1")).scalar() == pytest.approx(0.003)
+        assert conn.execute(text("SELECT hot_lr FROM runs WHERE id = 1")).scalar() == pytest.approx(
+            0.003
+        )
     engine.dispose()
 
 
@@ -208,5 +229,7 @@ def test_search_never_touches_the_artifact_store(store):
             raise AssertionError(f"search touched the artifact store ({name})")
 
     store.blobs = Unreachable()
-    assert [r.id for r in store.search_runs("p", "metrics.acc > 0.1 and params.lr = 0.1")] == [run.id]
+    assert [r.id for r in store.search_runs("p", "metrics.acc > 0.1 and params.lr = 0.1")] == [
+        run.id
+    ]
     assert store.get_run(run.id).params == {"lr": "0.1"}

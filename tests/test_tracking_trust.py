@@ -15,7 +15,10 @@ from mlinfra_lab.tracking.testing import available_backends, fresh_store, row_co
 
 pytestmark = pytest.mark.tracking
 
-BACKENDS = [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in available_backends()]
+BACKENDS = [
+    pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else [])
+    for b in available_backends()
+]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -37,22 +40,34 @@ def _snapshot(store, run_id):
 
 
 def _denials(store, project, who):
-    return [r for r in store.audit_log(project, limit=1000, user="alice") if r["principal"] == who and not r["allowed"]]
+    return [
+        r
+        for r in store.audit_log(project, limit=1000, user="alice")
+        if r["principal"] == who and not r["allowed"]
+    ]
 
 
 def test_a_forged_run_handle_cannot_write_into_another_projects_run(world):
     store, honest, _ = world
     before, blobs = _snapshot(store, honest.id), store.blobs.list_blobs()
-    forged = Run(store, honest.id, "mine", "forged", "mallory")  # mallory is ADMIN of 'mine', not 'secret'
+    # mallory is ADMIN of 'mine', not 'secret'
+    forged = Run(store, honest.id, "mine", "forged", "mallory")
     forged.log_metrics({"acc": 0.0}, step=99)
-    for write in (forged.flush, lambda: forged.log_params({"lr": 9}), lambda: forged.set_tags({"team": "evil"}),
-                  lambda: forged.end("KILLED"), lambda: forged.log_artifact(b"evil", "evil.pt")):  # fmt: skip
+    for write in (
+        forged.flush,
+        lambda: forged.log_params({"lr": 9}),
+        lambda: forged.set_tags({"team": "evil"}),
+        lambda: forged.end("KILLED"),
+        lambda: forged.log_artifact(b"evil", "evil.pt"),
+    ):
         with pytest.raises(NotFoundOrDenied) as err:
             write()
         assert "secret" not in str(err.value), "the refusal must not name the run's project"
     assert _snapshot(store, honest.id) == before, "the honest run changed"
     assert store.blobs.list_blobs() == blobs, "a refused artifact must not even be uploaded"
-    assert len(_denials(store, "secret", "mallory")) == 5, "each refused write is audited under its real project"
+    assert len(_denials(store, "secret", "mallory")) == 5, (
+        "each refused write is audited under its real project"
+    )
 
 
 def test_an_open_run_stops_writing_when_write_is_revoked(world):
@@ -64,14 +79,21 @@ def test_an_open_run_stops_writing_when_write_is_revoked(world):
     run.flush()
     store.grant("secret", "bob", "VIEW")  # revoked while the run is open
     run.log_metrics({"loss": 0.5}, step=1)
-    for write in (run.flush, lambda: run.log_params({"lr": 1}), lambda: run.set_tags({"x": "y"}),
-                  lambda: run.end(), lambda: run.log_artifact(b"late", "late.pt")):  # fmt: skip
+    for write in (
+        run.flush,
+        lambda: run.log_params({"lr": 1}),
+        lambda: run.set_tags({"x": "y"}),
+        lambda: run.end(),
+        lambda: run.log_artifact(b"late", "late.pt"),
+    ):
         with pytest.raises(PermissionDenied) as err:
             write()
         assert err.value.needed == "WRITE" and err.value.scope == "project:secret"
     info = store.get_run(run.id, user="alice")
     assert info.status == "RUNNING" and info.params == {} and info.tags == {}
-    assert store.metric_history(run.id, "loss", user="alice") == [(0, 1.0)], "only the point before the revoke"
+    assert store.metric_history(run.id, "loss", user="alice") == [(0, 1.0)], (
+        "only the point before the revoke"
+    )
     assert store.list_artifacts(run.id, user="alice") == []
     assert _snapshot(store, honest.id) == before
 
@@ -79,7 +101,8 @@ def test_an_open_run_stops_writing_when_write_is_revoked(world):
 def test_no_team_can_squat_a_name_and_only_store_admins_manage_teams(world):
     store, honest, art = world
     before = _snapshot(store, honest.id)
-    for team, member in (("bob", "mallory"), ("ml-platform", "mallory")):  # a future user's name; a new team
+    # a future user's name; a new team
+    for team, member in (("bob", "mallory"), ("ml-platform", "mallory")):
         with pytest.raises(PermissionDenied) as err:
             store.add_to_team(team, member, user="mallory")
         assert err.value.scope == f"team:{team}"
@@ -87,9 +110,13 @@ def test_no_team_can_squat_a_name_and_only_store_admins_manage_teams(world):
     with pytest.raises(PermissionDenied):
         store.add_to_team("ml-platform", "mallory", user="erin")  # members cannot add members
     store.grant("secret", "bob", "VIEW")  # bob is unknown: registered as a user, never a team
-    assert store.level("secret", user="bob") == Level.VIEW and store.level("secret", user="mallory") == Level.NONE
+    assert (
+        store.level("secret", user="bob") == Level.VIEW
+        and store.level("secret", user="mallory") == Level.NONE
+    )
     with pytest.raises(TrackingError, match="is a user"):
-        store.add_to_team("bob", "mallory")  # not even a store ADMIN can turn a user's name into a team
+        # not even a store ADMIN can turn a user's name into a team
+        store.add_to_team("bob", "mallory")
     with pytest.raises(TrackingError, match="is a team"):
         store.grant("secret", "ml-platform", "VIEW", kind="user")
     with pytest.raises(TrackingError, match="is a user"):
@@ -126,8 +153,12 @@ def test_ids_you_cannot_see_get_one_answer_whether_they_exist_or_not(world):
     answer(lambda i: store.pin_artifact(i, user=m), art.id, missing_art)
     answer(lambda i: store.lineage(f"run:{i}", user=m), honest.id, missing_run)
     answer(lambda i: store.start_run("mine", inputs=[f"artifact:{i}"], user=m), art.id, missing_art)
-    assert all(isinstance(e, NotFound) for e in [NotFoundOrDenied("u", "run:1", "x")]), "callers catching NotFound"
-    assert len(_denials(store, "secret", m)) == 7, "probes of existing ids are audited under their project"
+    assert all(isinstance(e, NotFound) for e in [NotFoundOrDenied("u", "run:1", "x")]), (
+        "callers catching NotFound"
+    )
+    assert len(_denials(store, "secret", m)) == 7, (
+        "probes of existing ids are audited under their project"
+    )
 
 
 def test_level_of_others_and_counts_need_a_grant_and_denials_fit_the_audit_log(world):
@@ -156,5 +187,7 @@ def test_level_of_others_and_counts_need_a_grant_and_denials_fit_the_audit_log(w
     rows = _denials(store, "secret", long_name[:200])
     assert [(r["project"], r["target"]) for r in rows] == [("secret", f"run:{honest.id}")]
     store_rows = [r for r in store.audit_log(None, limit=1000) if not r["allowed"]]
-    assert {r["target"] for r in store_rows} == {"store"} and len(store_rows) == 3, "count, gc, count: scope 'store'"
+    assert {r["target"] for r in store_rows} == {"store"} and len(store_rows) == 3, (
+        "count, gc, count: scope 'store'"
+    )
     assert _snapshot(store, honest.id) == before

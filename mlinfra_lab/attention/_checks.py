@@ -63,9 +63,7 @@ def check_attention_inputs(
     if k.shape[3] != d:
         raise AttentionInputError(f"q and k head dims differ ({d} vs {k.shape[3]})")
     if v.shape[2] != k.shape[2]:
-        raise AttentionInputError(
-            f"k and v sequence lengths differ ({k.shape[2]} vs {v.shape[2]})"
-        )
+        raise AttentionInputError(f"k and v sequence lengths differ ({k.shape[2]} vs {v.shape[2]})")
     if v.shape[3] != d:
         raise AttentionInputError(
             f"v head dim {v.shape[3]} differs from q/k head dim {d}; this course's kernels "

@@ -33,10 +33,26 @@ __all__ = ["configs", "kernels", "set_descriptor_allocator"]
 
 
 @triton.jit
-def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, n_k, qk_scale,
-               stride_n, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-               HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-               PRECISION: tl.constexpr):
+def _fwd_inner(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    offs_m,
+    lo,
+    hi,
+    n_k,
+    qk_scale,
+    stride_n,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     for start_n in range(lo, hi, BLOCK_N):
@@ -62,11 +78,27 @@ def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, n_k, qk_scale,
         m_i = m_new
     return acc, l_i, m_i
 
+
 @triton.jit
-def _fwd_kernel(Q, K, V, Out, LSE, n_q, n_k, qk_scale, stride_bh_q, stride_bh_k,
-                stride_n, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
-                BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                PRECISION: tl.constexpr):
+def _fwd_kernel(
+    Q,
+    K,
+    V,
+    Out,
+    LSE,
+    n_q,
+    n_k,
+    qk_scale,
+    stride_bh_q,
+    stride_bh_k,
+    stride_n,
+    CAUSAL: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     if CAUSAL:  # the diagonal loop steps by BLOCK_N from a multiple of BLOCK_M
         tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal tiles need BLOCK_M % BLOCK_N == 0")
     start_m = tl.program_id(0)
@@ -87,16 +119,54 @@ def _fwd_kernel(Q, K, V, Out, LSE, n_q, n_k, qk_scale, stride_bh_q, stride_bh_k,
     else:  # full tiles, then the tail tile past the last multiple of BLOCK_N
         lo_masked = n_k - n_k % BLOCK_N
         hi_masked = n_k
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, 0, lo_masked,
-                               n_k, qk_scale, stride_n, BLOCK_N, BLOCK_D, HEAD_DIM,
-                               False, CAUSAL, PRECISION)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, lo_masked,
-                               hi_masked, n_k, qk_scale, stride_n, BLOCK_N, BLOCK_D,
-                               HEAD_DIM, True, CAUSAL, PRECISION)
+    acc, l_i, m_i = _fwd_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        offs_m,
+        0,
+        lo_masked,
+        n_k,
+        qk_scale,
+        stride_n,
+        BLOCK_N,
+        BLOCK_D,
+        HEAD_DIM,
+        False,
+        CAUSAL,
+        PRECISION,
+    )
+    acc, l_i, m_i = _fwd_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        offs_m,
+        lo_masked,
+        hi_masked,
+        n_k,
+        qk_scale,
+        stride_n,
+        BLOCK_N,
+        BLOCK_D,
+        HEAD_DIM,
+        True,
+        CAUSAL,
+        PRECISION,
+    )
     acc = acc / l_i[:, None]
     tl.store(LSE + off_bh * n_q + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < n_q)
-    tl.store(Out + off_bh * stride_bh_q + offs_m[:, None] * stride_n + offs_d[None, :],
-             acc.to(Out.dtype.element_ty), mask=q_mask)
+    tl.store(
+        Out + off_bh * stride_bh_q + offs_m[:, None] * stride_n + offs_d[None, :],
+        acc.to(Out.dtype.element_ty),
+        mask=q_mask,
+    )
+
 
 # ---- Forward, version 2: TMA tensor descriptors and the scale folded into one FMA ----
 # v1 (above) computes every K/V address in registers (BLOCK_N x BLOCK_D of them per tile,
@@ -111,9 +181,25 @@ def _fwd_kernel(Q, K, V, Out, LSE, n_q, n_k, qk_scale, stride_bh_q, stride_bh_k,
 
 
 @triton.jit
-def _fwd_inner_v2(acc, l_i, m_i, q, k_desc, v_desc, off_bh, offs_m, lo, hi, n_k, qk_scale,
-                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
-                  CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def _fwd_inner_v2(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_desc,
+    v_desc,
+    off_bh,
+    offs_m,
+    lo,
+    hi,
+    n_k,
+    qk_scale,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     for start_n in range(lo, hi, BLOCK_N):
         k = k_desc.load([off_bh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # unscaled, fp32
@@ -134,26 +220,51 @@ def _fwd_inner_v2(acc, l_i, m_i, q, k_desc, v_desc, off_bh, offs_m, lo, hi, n_k,
 
 
 @triton.jit
-def _fwd_kernel_v2(Q, K, V, Out, LSE, n_q, n_k, qk_scale, CAUSAL: tl.constexpr,
-                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+def _fwd_kernel_v2(
+    Q,
+    K,
+    V,
+    Out,
+    LSE,
+    n_q,
+    n_k,
+    qk_scale,
+    CAUSAL: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     if CAUSAL:  # the diagonal loop steps by BLOCK_N from a multiple of BLOCK_M
         tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal tiles need BLOCK_M % BLOCK_N == 0")
     start_m = tl.program_id(0)
     off_bh = tl.program_id(1)
     n_bh = tl.num_programs(1)
-    q_desc = tl.make_tensor_descriptor(Q, shape=[n_bh, n_q, HEAD_DIM],
-                                       strides=[n_q * HEAD_DIM, HEAD_DIM, 1],
-                                       block_shape=[1, BLOCK_M, BLOCK_D])
-    o_desc = tl.make_tensor_descriptor(Out, shape=[n_bh, n_q, HEAD_DIM],
-                                       strides=[n_q * HEAD_DIM, HEAD_DIM, 1],
-                                       block_shape=[1, BLOCK_M, BLOCK_D])
-    k_desc = tl.make_tensor_descriptor(K, shape=[n_bh, n_k, HEAD_DIM],
-                                       strides=[n_k * HEAD_DIM, HEAD_DIM, 1],
-                                       block_shape=[1, BLOCK_N, BLOCK_D])
-    v_desc = tl.make_tensor_descriptor(V, shape=[n_bh, n_k, HEAD_DIM],
-                                       strides=[n_k * HEAD_DIM, HEAD_DIM, 1],
-                                       block_shape=[1, BLOCK_N, BLOCK_D])
+    q_desc = tl.make_tensor_descriptor(
+        Q,
+        shape=[n_bh, n_q, HEAD_DIM],
+        strides=[n_q * HEAD_DIM, HEAD_DIM, 1],
+        block_shape=[1, BLOCK_M, BLOCK_D],
+    )
+    o_desc = tl.make_tensor_descriptor(
+        Out,
+        shape=[n_bh, n_q, HEAD_DIM],
+        strides=[n_q * HEAD_DIM, HEAD_DIM, 1],
+        block_shape=[1, BLOCK_M, BLOCK_D],
+    )
+    k_desc = tl.make_tensor_descriptor(
+        K,
+        shape=[n_bh, n_k, HEAD_DIM],
+        strides=[n_k * HEAD_DIM, HEAD_DIM, 1],
+        block_shape=[1, BLOCK_N, BLOCK_D],
+    )
+    v_desc = tl.make_tensor_descriptor(
+        V,
+        shape=[n_bh, n_k, HEAD_DIM],
+        strides=[n_k * HEAD_DIM, HEAD_DIM, 1],
+        block_shape=[1, BLOCK_N, BLOCK_D],
+    )
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     q = q_desc.load([off_bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, BLOCK_D)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -165,17 +276,49 @@ def _fwd_kernel_v2(Q, K, V, Out, LSE, n_q, n_k, qk_scale, CAUSAL: tl.constexpr,
     else:
         lo_masked = n_k - n_k % BLOCK_N
         hi_masked = n_k
-    acc, l_i, m_i = _fwd_inner_v2(acc, l_i, m_i, q, k_desc, v_desc, off_bh, offs_m, 0,
-                                  lo_masked, n_k, qk_scale, BLOCK_N, BLOCK_D, False, CAUSAL,
-                                  PRECISION)
-    acc, l_i, m_i = _fwd_inner_v2(acc, l_i, m_i, q, k_desc, v_desc, off_bh, offs_m,
-                                  lo_masked, hi_masked, n_k, qk_scale, BLOCK_N, BLOCK_D,
-                                  True, CAUSAL, PRECISION)
+    acc, l_i, m_i = _fwd_inner_v2(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_desc,
+        v_desc,
+        off_bh,
+        offs_m,
+        0,
+        lo_masked,
+        n_k,
+        qk_scale,
+        BLOCK_N,
+        BLOCK_D,
+        False,
+        CAUSAL,
+        PRECISION,
+    )
+    acc, l_i, m_i = _fwd_inner_v2(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_desc,
+        v_desc,
+        off_bh,
+        offs_m,
+        lo_masked,
+        hi_masked,
+        n_k,
+        qk_scale,
+        BLOCK_N,
+        BLOCK_D,
+        True,
+        CAUSAL,
+        PRECISION,
+    )
     acc = acc / l_i[:, None]
-    tl.store(LSE + off_bh.to(tl.int64) * n_q + offs_m, m_i + tl.math.log2(l_i),
-             mask=offs_m < n_q)
-    o_desc.store([off_bh, start_m * BLOCK_M, 0],
-                 acc.to(Out.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_D))
+    tl.store(LSE + off_bh.to(tl.int64) * n_q + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < n_q)
+    o_desc.store(
+        [off_bh, start_m * BLOCK_M, 0], acc.to(Out.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_D)
+    )
 
 
 def set_descriptor_allocator() -> None:
@@ -183,15 +326,17 @@ def set_descriptor_allocator() -> None:
     (128 bytes each; `tl.make_tensor_descriptor` needs it on a GPU). Idempotent."""
 
     def alloc(size: int, alignment: int, stream: Any) -> torch.Tensor:
-        return torch.empty(size, dtype=torch.int8, device="cuda" if torch.cuda.is_available()
-                           else "cpu")
+        return torch.empty(
+            size, dtype=torch.int8, device="cuda" if torch.cuda.is_available() else "cpu"
+        )
 
     triton.set_allocator(alloc)
 
 
 @triton.jit
-def _bwd_delta_kernel(Out, DO, DELTA, n_q, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                      BLOCK_M: tl.constexpr):
+def _bwd_delta_kernel(
+    Out, DO, DELTA, n_q, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr
+):
     off_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     off_bh = tl.program_id(1).to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
@@ -201,11 +346,30 @@ def _bwd_delta_kernel(Out, DO, DELTA, n_q, HEAD_DIM: tl.constexpr, BLOCK_D: tl.c
     do = tl.load(DO + ptrs, mask=mask, other=0.0).to(tl.float32)
     tl.store(DELTA + off_bh * n_q + off_m, tl.sum(o * do, 1), mask=off_m < n_q)
 
+
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n, lo, hi,
-                n_q, qk_scale, stride_n, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-                HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                PRECISION: tl.constexpr):
+def _dkdv_inner(
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    lse_base,
+    delta_base,
+    offs_n,
+    lo,
+    hi,
+    n_q,
+    qk_scale,
+    stride_n,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     offs_d = tl.arange(0, BLOCK_D)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -233,12 +397,31 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n, lo,
         dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
     return dk, dv
 
+
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, n_q, n_k, qk_scale, sm_scale,
-                     stride_bh_q, stride_bh_k, stride_n, CAUSAL: tl.constexpr,
-                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     PRECISION: tl.constexpr):
+def _bwd_dkdv_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    n_q,
+    n_k,
+    qk_scale,
+    sm_scale,
+    stride_bh_q,
+    stride_bh_k,
+    stride_n,
+    CAUSAL: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     if CAUSAL:  # the diagonal loop steps by BLOCK_M from a multiple of BLOCK_N
         tl.static_assert(BLOCK_N % BLOCK_M == 0, "causal dK/dV tiles need BLOCK_N % BLOCK_M == 0")
     start_n = tl.program_id(0) * BLOCK_N
@@ -257,26 +440,101 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, n_q, n_k, qk_scale, sm_sca
     delta_base = DELTA + off_bh * n_q
     full_hi = n_q - n_q % BLOCK_M
     if CAUSAL:  # queries below this key tile: first the diagonal tiles, masked
-        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n,
-                             start_n, tl.minimum(start_n + BLOCK_N, n_q), n_q, qk_scale,
-                             stride_n, BLOCK_M, BLOCK_D, HEAD_DIM, True, CAUSAL, PRECISION)
+        dk, dv = _dkdv_inner(
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            lse_base,
+            delta_base,
+            offs_n,
+            start_n,
+            tl.minimum(start_n + BLOCK_N, n_q),
+            n_q,
+            qk_scale,
+            stride_n,
+            BLOCK_M,
+            BLOCK_D,
+            HEAD_DIM,
+            True,
+            CAUSAL,
+            PRECISION,
+        )
         body_lo = start_n + BLOCK_N
     else:
         body_lo = 0
-    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n,
-                         body_lo, full_hi, n_q, qk_scale, stride_n, BLOCK_M, BLOCK_D,
-                         HEAD_DIM, False, CAUSAL, PRECISION)
-    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n,
-                         tl.maximum(body_lo, full_hi), n_q, n_q, qk_scale, stride_n,
-                         BLOCK_M, BLOCK_D, HEAD_DIM, True, CAUSAL, PRECISION)
+    dk, dv = _dkdv_inner(
+        dk,
+        dv,
+        k,
+        v,
+        q_base,
+        do_base,
+        lse_base,
+        delta_base,
+        offs_n,
+        body_lo,
+        full_hi,
+        n_q,
+        qk_scale,
+        stride_n,
+        BLOCK_M,
+        BLOCK_D,
+        HEAD_DIM,
+        False,
+        CAUSAL,
+        PRECISION,
+    )
+    dk, dv = _dkdv_inner(
+        dk,
+        dv,
+        k,
+        v,
+        q_base,
+        do_base,
+        lse_base,
+        delta_base,
+        offs_n,
+        tl.maximum(body_lo, full_hi),
+        n_q,
+        n_q,
+        qk_scale,
+        stride_n,
+        BLOCK_M,
+        BLOCK_D,
+        HEAD_DIM,
+        True,
+        CAUSAL,
+        PRECISION,
+    )
     tl.store(DK + kv_off, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + kv_off, dv.to(DV.dtype.element_ty), mask=kv_mask)
 
+
 @triton.jit
-def _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo, hi, n_k, qk_scale,
-              stride_n, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-              HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-              PRECISION: tl.constexpr):
+def _dq_inner(
+    dq,
+    q,
+    do,
+    lse,
+    delta,
+    k_base,
+    v_base,
+    offs_m,
+    lo,
+    hi,
+    n_k,
+    qk_scale,
+    stride_n,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     offs_d = tl.arange(0, BLOCK_D)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -297,11 +555,30 @@ def _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo, hi, n_k, qk_sca
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     return dq
 
+
 @triton.jit
-def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, n_q, n_k, qk_scale, sm_scale,
-                   stride_bh_q, stride_bh_k, stride_n, CAUSAL: tl.constexpr,
-                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+def _bwd_dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DQ,
+    n_q,
+    n_k,
+    qk_scale,
+    sm_scale,
+    stride_bh_q,
+    stride_bh_k,
+    stride_n,
+    CAUSAL: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     if CAUSAL:  # the diagonal loop steps by BLOCK_N from a multiple of BLOCK_M
         tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal tiles need BLOCK_M % BLOCK_N == 0")
     start_m = tl.program_id(0) * BLOCK_M
@@ -323,11 +600,48 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, n_q, n_k, qk_scale, sm_scale,
     else:
         lo_masked = n_k - n_k % BLOCK_N
         hi_masked = n_k
-    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, 0, lo_masked, n_k,
-                   qk_scale, stride_n, BLOCK_N, BLOCK_D, HEAD_DIM, False, CAUSAL, PRECISION)
-    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo_masked, hi_masked,
-                   n_k, qk_scale, stride_n, BLOCK_N, BLOCK_D, HEAD_DIM, True, CAUSAL,
-                   PRECISION)
+    dq = _dq_inner(
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        k_base,
+        v_base,
+        offs_m,
+        0,
+        lo_masked,
+        n_k,
+        qk_scale,
+        stride_n,
+        BLOCK_N,
+        BLOCK_D,
+        HEAD_DIM,
+        False,
+        CAUSAL,
+        PRECISION,
+    )
+    dq = _dq_inner(
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        k_base,
+        v_base,
+        offs_m,
+        lo_masked,
+        hi_masked,
+        n_k,
+        qk_scale,
+        stride_n,
+        BLOCK_N,
+        BLOCK_D,
+        HEAD_DIM,
+        True,
+        CAUSAL,
+        PRECISION,
+    )
     tl.store(DQ + q_off, (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
 
 
@@ -349,16 +663,36 @@ def configs() -> tuple[list[Any], list[Any], list[Any]]:
         return [cfg(32, 16, 4, 1)], [cfg(16, 32, 4, 1)], [cfg(32, 16, 4, 1)]
     major, _ = torch.cuda.get_device_capability()
     if major == 9:  # Hopper: 128-row tiles for two warpgroups, pipelined loads
-        fwd = [cfg(128, 64, 4, 3), cfg(128, 64, 8, 3), cfg(128, 128, 8, 2),
-               cfg(128, 128, 8, 3), cfg(64, 64, 4, 4), cfg(128, 64, 8, 4), cfg(128, 32, 4, 4)]
-        dkdv = [cfg(32, 128, 4, 3), cfg(64, 128, 8, 3), cfg(64, 64, 4, 3), cfg(64, 128, 8, 2),
-                cfg(32, 64, 4, 4)]
-        dq = [cfg(128, 32, 4, 3), cfg(128, 64, 8, 3), cfg(64, 64, 4, 3), cfg(128, 64, 8, 2),
-              cfg(64, 32, 4, 4)]
+        fwd = [
+            cfg(128, 64, 4, 3),
+            cfg(128, 64, 8, 3),
+            cfg(128, 128, 8, 2),
+            cfg(128, 128, 8, 3),
+            cfg(64, 64, 4, 4),
+            cfg(128, 64, 8, 4),
+            cfg(128, 32, 4, 4),
+        ]
+        dkdv = [
+            cfg(32, 128, 4, 3),
+            cfg(64, 128, 8, 3),
+            cfg(64, 64, 4, 3),
+            cfg(64, 128, 8, 2),
+            cfg(32, 64, 4, 4),
+        ]
+        dq = [
+            cfg(128, 32, 4, 3),
+            cfg(128, 64, 8, 3),
+            cfg(64, 64, 4, 3),
+            cfg(128, 64, 8, 2),
+            cfg(64, 32, 4, 4),
+        ]
         return fwd, dkdv, dq
     # Other GPUs (Ampere, Ada, Colab's T4): modest tiles that fit 100 KB of shared memory.
-    return ([cfg(64, 32, 4, 2), cfg(64, 64, 4, 2)], [cfg(32, 64, 4, 2), cfg(64, 64, 4, 2)],
-            [cfg(64, 32, 4, 2), cfg(64, 64, 4, 2)])
+    return (
+        [cfg(64, 32, 4, 2), cfg(64, 64, 4, 2)],
+        [cfg(32, 64, 4, 2), cfg(64, 64, 4, 2)],
+        [cfg(64, 32, 4, 2), cfg(64, 64, 4, 2)],
+    )
 
 
 # Below this many tokens a launch is dominated by its fixed cost: no tile is worth a search.
@@ -366,8 +700,11 @@ SHORT_SEQUENCE = 256
 
 
 def _config(tile: dict[str, int]) -> Any:
-    return triton.Config({"BLOCK_M": tile["BLOCK_M"], "BLOCK_N": tile["BLOCK_N"]},
-                         num_warps=tile["num_warps"], num_stages=tile["num_stages"])
+    return triton.Config(
+        {"BLOCK_M": tile["BLOCK_M"], "BLOCK_N": tile["BLOCK_N"]},
+        num_warps=tile["num_warps"],
+        num_stages=tile["num_stages"],
+    )
 
 
 def _pruner(fp32_config: Any, kernel: str) -> Callable[..., list[Any]]:
@@ -396,9 +733,14 @@ def _pruner(fp32_config: Any, kernel: str) -> Callable[..., list[Any]]:
             return configs[:1]
         q = args.get("Q")
         if q is not None and q.is_cuda:
-            tile = tile_table.lookup(kernel, torch.cuda.get_device_name(q.device),
-                                     str(q.dtype).removeprefix("torch."), int(args["HEAD_DIM"]),
-                                     bool(args["CAUSAL"]), max(int(args["n_q"]), int(args["n_k"])))
+            tile = tile_table.lookup(
+                kernel,
+                torch.cuda.get_device_name(q.device),
+                str(q.dtype).removeprefix("torch."),
+                int(args["HEAD_DIM"]),
+                bool(args["CAUSAL"]),
+                max(int(args["n_q"]), int(args["n_k"])),
+            )
             if tile is not None:
                 return [_config(tile)]
         if max(int(args["n_q"]), int(args["n_k"])) <= SHORT_SEQUENCE:
@@ -415,11 +757,13 @@ def kernels() -> dict[str, Any]:
     key = ["n_q", "n_k", "HEAD_DIM", "CAUSAL", "PRECISION"]
 
     def tuned(cfgs: list[Any], fp32: tuple[int, int], kernel: Any, name: str) -> Any:
-        fp32_config = triton.Config({"BLOCK_M": fp32[0], "BLOCK_N": fp32[1]}, num_warps=4,
-                                    num_stages=1)
+        fp32_config = triton.Config(
+            {"BLOCK_M": fp32[0], "BLOCK_N": fp32[1]}, num_warps=4, num_stages=1
+        )
         pruner = _pruner(fp32_config, name)
-        return triton.autotune(cfgs, key=key, prune_configs_by={"early_config_prune": pruner}
-                               )(kernel)
+        return triton.autotune(cfgs, key=key, prune_configs_by={"early_config_prune": pruner})(
+            kernel
+        )
 
     return {  # fp32 tiles keep each kernel's constraint (see `configs`)
         "fwd": tuned(fwd_cfg, (32, 16), _fwd_kernel, "fwd"),

@@ -84,11 +84,15 @@ def tile_addresses(
         raise ValueError("use padding or a swizzle, not both")
     limit = cols if read == "row" else rows
     if threads > limit:
-        raise ValueError(f"a {read} of this tile has {limit} elements, fewer than {threads} threads")
+        raise ValueError(
+            f"a {read} of this tile has {limit} elements, fewer than {threads} threads"
+        )
     stride = (cols + pad_elems) * elem_bytes  # bytes per stored row
     words_per_row = cols * elem_bytes // bank_bytes
     if swizzle and (words_per_row < 1 or words_per_row & (words_per_row - 1)):
-        raise ValueError(f"the swizzle needs a power-of-two number of words per row, got {words_per_row}")
+        raise ValueError(
+            f"the swizzle needs a power-of-two number of words per row, got {words_per_row}"
+        )
     addresses = []
     for t in range(threads):
         r, c = (index, t) if read == "row" else (t, index)

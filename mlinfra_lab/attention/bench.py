@@ -53,7 +53,6 @@ __all__ = [
 ]
 
 
-
 class BaselineError(MlinfraError, ValueError):
     """The baseline file cannot be compared with this result (missing, other sweep)."""
 
@@ -77,9 +76,19 @@ class BenchConfig:
     @classmethod
     def cpu(cls) -> BenchConfig:
         """A tiny sweep that runs in seconds under the Triton interpreter."""
-        return cls(seqs=(64, 128), head_dims=(16, 32), causal=(False, True), dtype="float32",
-                   tokens=128, model_dim=32, providers=("ours", "sdpa_flash", "eager"),
-                   warmup_ms=0, rep_ms=0, matmul_size=256, repeats=1)
+        return cls(
+            seqs=(64, 128),
+            head_dims=(16, 32),
+            causal=(False, True),
+            dtype="float32",
+            tokens=128,
+            model_dim=32,
+            providers=("ours", "sdpa_flash", "eager"),
+            warmup_ms=0,
+            rep_ms=0,
+            matmul_size=256,
+            repeats=1,
+        )
 
     def shapes(self) -> list[tuple[int, int, int, int, bool]]:
         """(batch, heads, seq, head_dim, causal) of every point of the sweep."""
@@ -109,19 +118,28 @@ def format_table(result: dict[str, Any]) -> str:
     for r in result["rows"]:
         key = (r["mode"], r["head_dim"], r["causal"], r["seq"])
         cell.setdefault(key, {})[r["provider"]] = r
-    lines = [f"matmul ceiling {result['matmul_tflops']:.0f} TFLOP/s; TFLOP/s per provider, "
-             "then ours/anchor; mem = peak extra GiB fwd+bwd (ours, sdpa_flash)",
-             "mode  D  causal    seq " + " ".join(f"{p[:10]:>10}" for p in provs)
-             + "  /flash /cudnn  /flex   mem(ours,flash)"]
+    lines = [
+        f"matmul ceiling {result['matmul_tflops']:.0f} TFLOP/s; TFLOP/s per provider, "
+        "then ours/anchor; mem = peak extra GiB fwd+bwd (ours, sdpa_flash)",
+        "mode  D  causal    seq "
+        + " ".join(f"{p[:10]:>10}" for p in provs)
+        + "  /flash /cudnn  /flex   mem(ours,flash)",
+    ]
     for key in sorted(cell, key=lambda k: (k[0] != "fwd", k[1], k[2], k[3])):
         row = cell[key]
         tops = {p: row[p]["tflops"] for p in row}
         tf = tops.get
         vals = " ".join(f"{tf(p):10.1f}" if tf(p) else f"{'-':>10}" for p in provs)
-        ratios = " ".join(f"{tf('ours') / tf(a):6.2f}" if tf("ours") and tf(a) else f"{'-':>6}"
-                          for a in ("sdpa_flash", "sdpa_cudnn", "flex"))
-        mem = " ".join(f"{row[p]['peak_bytes'] / 2**30:6.2f}" if p in row and row[p]["peak_bytes"]
-                       else f"{'-':>6}" for p in ("ours", "sdpa_flash"))
+        ratios = " ".join(
+            f"{tf('ours') / tf(a):6.2f}" if tf("ours") and tf(a) else f"{'-':>6}"
+            for a in ("sdpa_flash", "sdpa_cudnn", "flex")
+        )
+        mem = " ".join(
+            f"{row[p]['peak_bytes'] / 2**30:6.2f}"
+            if p in row and row[p]["peak_bytes"]
+            else f"{'-':>6}"
+            for p in ("ours", "sdpa_flash")
+        )
         mode, d, causal, n = key
         lines.append(f"{mode:4} {d:3} {causal!s:6} {n:6} {vals}  {ratios}   {mem}")
     return "\n".join(lines)
@@ -153,8 +171,9 @@ def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def check_anchor(result: dict[str, Any], anchor: str = "sdpa_flash", minimum: float = 1.25,
-                 mode: str = "fwd") -> list[str]:
+def check_anchor(
+    result: dict[str, Any], anchor: str = "sdpa_flash", minimum: float = 1.25, mode: str = "fwd"
+) -> list[str]:
     """Shapes where ours ran below ``minimum`` times `anchor`'s speed in any repeat.
 
     Uses each shape's worst same-repeat ratio (``vs_X_min``, else the medians'); raises
@@ -162,19 +181,24 @@ def check_anchor(result: dict[str, Any], anchor: str = "sdpa_flash", minimum: fl
     key = f"vs_{anchor}"
     entries = [e for e in result["ratios"] if e["mode"] == mode and e.get(key) is not None]
     if not entries:
-        raise BaselineError(f"this result has no {mode} timing of {anchor}; include it in "
-                            "--providers (it needs a GPU for the SDPA backends)")
+        raise BaselineError(
+            f"this result has no {mode} timing of {anchor}; include it in "
+            "--providers (it needs a GPU for the SDPA backends)"
+        )
     failures = []
     for e in entries:
         worst = e.get(f"{key}_min", e[key])
         if worst < minimum:
-            failures.append(f"seq={e['seq']} head_dim={e['head_dim']} causal={e['causal']} "
-                            f"{mode}: {worst:.2f}x {anchor} (< {minimum:.2f}x)")
+            failures.append(
+                f"seq={e['seq']} head_dim={e['head_dim']} causal={e['causal']} "
+                f"{mode}: {worst:.2f}x {anchor} (< {minimum:.2f}x)"
+            )
     return failures
 
 
-def run_benchmark(cfg: BenchConfig, progress: bool = True,
-                  partial_out: Path | None = None) -> dict[str, Any]:
+def run_benchmark(
+    cfg: BenchConfig, progress: bool = True, partial_out: Path | None = None
+) -> dict[str, Any]:
     """Run the sweep on this device; the result holds everything needed to plot or compare.
 
     With `partial_out`, the result so far (``"complete": false``) is written there after every
@@ -213,28 +237,37 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True,
     return result
 
 
-def check_baseline(result: dict[str, Any], baseline: dict[str, Any],
-                   tolerance: float = 0.10) -> list[str]:
+def check_baseline(
+    result: dict[str, Any], baseline: dict[str, Any], tolerance: float = 0.10
+) -> list[str]:
     """Shapes where our kernel is more than ``tolerance`` slower than in ``baseline``.
 
     Compares our median times shape by shape (seq, head dim, causal, mode); raises
     `BaselineError` when the two results share no shape, since that compares nothing.
     """
+
     def ours(res: dict[str, Any]) -> dict[tuple, float]:
-        return {(r["seq"], r["head_dim"], r["causal"], r["mode"]): r["ms"]
-                for r in res["rows"] if r["provider"] == "ours" and r["ms"] is not None}
+        return {
+            (r["seq"], r["head_dim"], r["causal"], r["mode"]): r["ms"]
+            for r in res["rows"]
+            if r["provider"] == "ours" and r["ms"] is not None
+        }
 
     now, then = ours(result), ours(baseline)
     common = sorted(set(now) & set(then))
     if not common:
-        raise BaselineError("the baseline has no shape in common with this run; "
-                            "run the same sweep (same --seqs/--head-dims) as the baseline")
+        raise BaselineError(
+            "the baseline has no shape in common with this run; "
+            "run the same sweep (same --seqs/--head-dims) as the baseline"
+        )
     failures = []
     for key in common:
         if now[key] > then[key] * (1 + tolerance):
             n, d, causal, mode = key
-            failures.append(f"seq={n} head_dim={d} causal={causal} {mode}: {now[key]:.3f} ms vs "
-                            f"baseline {then[key]:.3f} ms (+{now[key] / then[key] - 1:.0%})")
+            failures.append(
+                f"seq={n} head_dim={d} causal={causal} {mode}: {now[key]:.3f} ms vs "
+                f"baseline {then[key]:.3f} ms (+{now[key] / then[key] - 1:.0%})"
+            )
     return failures
 
 
@@ -246,18 +279,27 @@ def plot_results(result: dict[str, Any], path: str | Path | None = None) -> Any:
     panels = sorted({(r["mode"], r["head_dim"], r["causal"]) for r in rows})
     cols = max(1, len({(d, c) for _, d, c in panels}))
     nrows = max(1, len({m for m, _, _ in panels}))
-    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 3.0 * nrows), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(
+        nrows, cols, figsize=(3.6 * cols, 3.0 * nrows), squeeze=False, sharey=True
+    )
     order = sorted({(d, c) for _, d, c in panels})
     modes = sorted({m for m, _, _ in panels}, reverse=True)  # fwd first
     for mode, d, causal in panels:
         ax = axes[modes.index(mode)][order.index((d, causal))]
         for name in result["config"]["providers"]:
-            pts = sorted((r["seq"], r["tflops"]) for r in rows if r["provider"] == name
-                         and (r["mode"], r["head_dim"], r["causal"]) == (mode, d, causal))
+            pts = sorted(
+                (r["seq"], r["tflops"])
+                for r in rows
+                if r["provider"] == name
+                and (r["mode"], r["head_dim"], r["causal"]) == (mode, d, causal)
+            )
             if pts:
-                ax.plot(*zip(*pts, strict=True), marker="o", label=name,
-                        lw=2.5 if name == "ours" else 1.2)
+                ax.plot(
+                    *zip(*pts, strict=True),
+                    marker="o",
+                    label=name,
+                    lw=2.5 if name == "ours" else 1.2,
+                )
         ax.axhline(result["matmul_tflops"], color="gray", ls="--", lw=1, label="bf16 matmul")
         ax.set_xscale("log", base=2)
         ax.set_title(f"{mode}, D={d}, {'causal' if causal else 'non-causal'}", fontsize=9)
@@ -265,8 +307,9 @@ def plot_results(result: dict[str, Any], path: str | Path | None = None) -> Any:
     for row in axes:
         row[0].set_ylabel("TFLOP/s")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"attention on {result['device']['device_name']} ({result['config']['dtype']})",
-                 fontsize=10)
+    fig.suptitle(
+        f"attention on {result['device']['device_name']} ({result['config']['dtype']})", fontsize=10
+    )
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)

@@ -14,7 +14,9 @@ def _ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x)
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from err
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -28,9 +30,18 @@ def _bench(args: argparse.Namespace) -> int:
     from mlinfra_lab.attention import bench
     from mlinfra_lab.errors import CommandError
 
-    cfg = bench.BenchConfig() if runtime.on_gpu() and not args.cpu_sizes else bench.BenchConfig.cpu()
-    overrides = {k: v for k, v in (("seqs", args.seqs), ("head_dims", args.head_dims),
-                                   ("providers", args.providers)) if v}
+    cfg = (
+        bench.BenchConfig() if runtime.on_gpu() and not args.cpu_sizes else bench.BenchConfig.cpu()
+    )
+    overrides = {
+        k: v
+        for k, v in (
+            ("seqs", args.seqs),
+            ("head_dims", args.head_dims),
+            ("providers", args.providers),
+        )
+        if v
+    }
     if args.causal != "both":
         overrides["causal"] = (args.causal == "yes",)
     if args.dtype:
@@ -97,31 +108,65 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
             "Triton interpreter (for testing the command, not for numbers)."
         ),
     )
-    p.add_argument("--out", metavar="FILE", default=None,
-                   help="result JSON file; the plot goes beside it as .png (default: "
-                   "benchmarks/results/DEVICE-attention-YYYY-MM-DD.json)")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        default=None,
+        help="result JSON file; the plot goes beside it as .png (default: "
+        "benchmarks/results/DEVICE-attention-YYYY-MM-DD.json)",
+    )
     p.add_argument("--seqs", type=_ints, help="comma-separated sequence lengths, e.g. 1024,2048")
     p.add_argument("--head-dims", type=_ints, help="comma-separated head dims, e.g. 64,128")
-    p.add_argument("--causal", choices=("yes", "no", "both"), default="both",
-                   help="causal, non-causal or both (default: both)")
-    p.add_argument("--providers", type=lambda s: tuple(x for x in s.split(",") if x),
-                   help="comma-separated subset of ours,sdpa_flash,sdpa_cudnn,sdpa_efficient,"
-                   "flex,eager (flex: torch.compile(flex_attention), compiled once per shape, "
-                   "compile time reported apart; ours_v1, ours_v2: one forward kernel "
-                   "version each)")
-    p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
-                   help="input dtype (default: bfloat16 on the GPU, float32 on the CPU)")
-    p.add_argument("--cpu-sizes", action="store_true",
-                   help="use the tiny CPU sweep even on a GPU (a smoke test)")
-    p.add_argument("--check-baseline", metavar="FILE",
-                   help="fail (exit 1) if any shape is more than --tolerance slower than FILE")
-    p.add_argument("--tolerance", type=float, default=0.10,
-                   help="allowed slowdown against the baseline (default: %(default)s)")
-    p.add_argument("--min-vs-flash", type=float, default=1.25, metavar="X",
-                   help="with --check-baseline on a GPU, also fail if any forward shape ran "
-                   "below X times SDPA flash in any repeat (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=None, metavar="K",
-                   help="timings per provider and shape; rows keep each and their median "
-                   "(default: 3 on a GPU, 1 for the CPU sweep)")
+    p.add_argument(
+        "--causal",
+        choices=("yes", "no", "both"),
+        default="both",
+        help="causal, non-causal or both (default: both)",
+    )
+    p.add_argument(
+        "--providers",
+        type=lambda s: tuple(x for x in s.split(",") if x),
+        help="comma-separated subset of ours,sdpa_flash,sdpa_cudnn,sdpa_efficient,"
+        "flex,eager (flex: torch.compile(flex_attention), compiled once per shape, "
+        "compile time reported apart; ours_v1, ours_v2: one forward kernel "
+        "version each)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float16", "float32"),
+        help="input dtype (default: bfloat16 on the GPU, float32 on the CPU)",
+    )
+    p.add_argument(
+        "--cpu-sizes",
+        action="store_true",
+        help="use the tiny CPU sweep even on a GPU (a smoke test)",
+    )
+    p.add_argument(
+        "--check-baseline",
+        metavar="FILE",
+        help="fail (exit 1) if any shape is more than --tolerance slower than FILE",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.10,
+        help="allowed slowdown against the baseline (default: %(default)s)",
+    )
+    p.add_argument(
+        "--min-vs-flash",
+        type=float,
+        default=1.25,
+        metavar="X",
+        help="with --check-baseline on a GPU, also fail if any forward shape ran "
+        "below X times SDPA flash in any repeat (default: %(default)s)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        metavar="K",
+        help="timings per provider and shape; rows keep each and their median "
+        "(default: 3 on a GPU, 1 for the CPU sweep)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_bench)

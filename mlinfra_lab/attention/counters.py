@@ -35,25 +35,34 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BANK_CASES", "DRAM_METRICS", "SMEM_METRICS", "committed_counters", "parse_ncu_csv",
-           "plot_counters", "run"]
+__all__ = [
+    "BANK_CASES",
+    "DRAM_METRICS",
+    "SMEM_METRICS",
+    "committed_counters",
+    "parse_ncu_csv",
+    "plot_counters",
+    "run",
+]
 
 DRAM_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
-SMEM_METRICS = ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
-                "smsp__sass_inst_executed_op_shared_ld.sum",
-                "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum")
+SMEM_METRICS = (
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "smsp__sass_inst_executed_op_shared_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+)
 # name -> tile_addresses(...) arguments: the accesses the chapter's bank section discusses
 BANK_CASES: dict[str, dict[str, Any]] = {
     "row, fp32 32x32": dict(rows=32, cols=32, elem_bytes=4, read="row"),
     "column, fp32 32x32": dict(rows=32, cols=32, elem_bytes=4, read="column"),
     "column, fp32 32x32, pad 1": dict(rows=32, cols=32, elem_bytes=4, read="column", pad_elems=1),
-    "column, fp32 32x32, swizzle": dict(rows=32, cols=32, elem_bytes=4, read="column",
-                                        swizzle=True),
+    "column, fp32 32x32, swizzle": dict(
+        rows=32, cols=32, elem_bytes=4, read="column", swizzle=True
+    ),
     "column, fp32 32x16": dict(rows=32, cols=16, elem_bytes=4, read="column"),
     "column, fp32 32x34": dict(rows=32, cols=34, elem_bytes=4, read="column"),
     "column, fp16 32x64": dict(rows=32, cols=64, elem_bytes=2, read="column"),
-    "column, fp16 32x64, pad 2": dict(rows=32, cols=64, elem_bytes=2, read="column",
-                                      pad_elems=2),
+    "column, fp16 32x64, pad 2": dict(rows=32, cols=64, elem_bytes=2, read="column", pad_elems=2),
 }
 DRAM_SHAPE = dict(batch=4, heads=16, head_dim=64)  # bf16; the sequence length varies
 DRAM_SEQS = (512, 1024, 2048, 4096, 8192)
@@ -82,9 +91,22 @@ def parse_ncu_csv(text: str) -> list[dict[str, float | str]]:
 
 
 def _ncu(target: list[str], metrics: tuple[str, ...]) -> list[dict[str, float | str]]:
-    cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--csv",
-           "--page", "raw", "--metrics", ",".join(metrics), sys.executable, "-m",
-           "mlinfra_lab.attention.counters", *target]
+    cmd = [
+        "ncu",
+        "--profile-from-start",
+        "off",
+        "--clock-control",
+        "none",
+        "--csv",
+        "--page",
+        "raw",
+        "--metrics",
+        ",".join(metrics),
+        sys.executable,
+        "-m",
+        "mlinfra_lab.attention.counters",
+        *target,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if done.returncode:
         raise RuntimeError(f"ncu failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -100,8 +122,10 @@ def _dram_target(provider: str, seq: int) -> None:
     fn = {"ours": flash_attention, "unfused": naive_attention}[provider]
     g = torch.Generator(device="cuda").manual_seed(seq)
     b, h, d = DRAM_SHAPE["batch"], DRAM_SHAPE["heads"], DRAM_SHAPE["head_dim"]
-    q, k, v = (torch.randn(b, h, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(b, h, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        for _ in range(3)
+    )
     with torch.no_grad():
         fn(q, k, v)  # compile / autotune, outside the profiled range
         torch.cuda.synchronize()
@@ -141,8 +165,7 @@ def _banks_target() -> None:
     cp.cuda.runtime.deviceSynchronize()
     cp.cuda.runtime.profilerStart()
     for case in BANK_CASES.values():  # one launch per case, in BANK_CASES order
-        kernel((1,), (32,), (cp.asarray(_bank_words(case), dtype=cp.int32), out,
-                             cp.int32(ITERS)))
+        kernel((1,), (32,), (cp.asarray(_bank_words(case), dtype=cp.int32), out, cp.int32(ITERS)))
     cp.cuda.runtime.deviceSynchronize()
     cp.cuda.runtime.profilerStop()
 
@@ -154,37 +177,56 @@ def run() -> dict[str, Any]:
     from mlinfra_lab.attention.traffic import hbm_traffic
 
     if shutil.which("ncu") is None:
-        raise RuntimeError("ncu (Nsight Compute) is not on the PATH; it ships with the CUDA "
-                           "toolkit")
+        raise RuntimeError(
+            "ncu (Nsight Compute) is not on the PATH; it ships with the CUDA toolkit"
+        )
     dram = []
     for provider in ("unfused", "ours"):
         for n in DRAM_SEQS:
             kernels = _ncu(["_dram", provider, str(n)], DRAM_METRICS)
             b, h, d = DRAM_SHAPE["batch"], DRAM_SHAPE["heads"], DRAM_SHAPE["head_dim"]
-            dram.append({
-                "provider": provider, "seq": n, **DRAM_SHAPE, "dtype": "bfloat16",
-                "kernels": [k["kernel"] for k in kernels],
-                "read_bytes": sum(float(k[DRAM_METRICS[0]]) for k in kernels),
-                "write_bytes": sum(float(k[DRAM_METRICS[1]]) for k in kernels),
-                "model_bytes": hbm_traffic(b, h, n, d, 2, fused=provider == "ours"),
-                "model_bytes_kv_rereads": (hbm_traffic(b, h, n, d, 2, True, block_m=128)
-                                           if provider == "ours" else None),
-            })
+            dram.append(
+                {
+                    "provider": provider,
+                    "seq": n,
+                    **DRAM_SHAPE,
+                    "dtype": "bfloat16",
+                    "kernels": [k["kernel"] for k in kernels],
+                    "read_bytes": sum(float(k[DRAM_METRICS[0]]) for k in kernels),
+                    "write_bytes": sum(float(k[DRAM_METRICS[1]]) for k in kernels),
+                    "model_bytes": hbm_traffic(b, h, n, d, 2, fused=provider == "ours"),
+                    "model_bytes_kv_rereads": (
+                        hbm_traffic(b, h, n, d, 2, True, block_m=128)
+                        if provider == "ours"
+                        else None
+                    ),
+                }
+            )
     banks = []
-    for (name, case), k in zip(BANK_CASES.items(), _ncu(["_banks"], SMEM_METRICS),
-                               strict=True):
+    for (name, case), k in zip(BANK_CASES.items(), _ncu(["_banks"], SMEM_METRICS), strict=True):
         loads = float(k[SMEM_METRICS[1]])
-        banks.append({"case": name, **case,
-                      "model_degree": bank_conflict_degree(tile_addresses(**case)),
-                      "measured_degree": float(k[SMEM_METRICS[0]]) / loads if loads else None,
-                      "wavefronts": k[SMEM_METRICS[0]], "load_instructions": loads,
-                      "bank_conflicts": k[SMEM_METRICS[2]]})
+        banks.append(
+            {
+                "case": name,
+                **case,
+                "model_degree": bank_conflict_degree(tile_addresses(**case)),
+                "measured_degree": float(k[SMEM_METRICS[0]]) / loads if loads else None,
+                "wavefronts": k[SMEM_METRICS[0]],
+                "load_instructions": loads,
+                "bank_conflicts": k[SMEM_METRICS[2]],
+            }
+        )
     info = runtime.describe().as_dict()
     version = subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout
     info["ncu"] = version.strip().splitlines()[-1] if version.strip() else None
-    return {"benchmark": "attention-counters",
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "device": info, "dram": dram, "banks": banks, "bank_loop_iterations": ITERS}
+    return {
+        "benchmark": "attention-counters",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": info,
+        "dram": dram,
+        "banks": banks,
+        "bank_loop_iterations": ITERS,
+    }
 
 
 def committed_counters() -> dict[str, Any] | None:
@@ -203,31 +245,63 @@ def plot_counters(result: dict[str, Any]) -> Any:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
     for provider, color in (("unfused", "tab:red"), ("ours", "tab:blue")):
-        rows = sorted((r for r in result["dram"] if r["provider"] == provider),
-                      key=lambda r: r["seq"])
+        rows = sorted(
+            (r for r in result["dram"] if r["provider"] == provider), key=lambda r: r["seq"]
+        )
         seqs = [r["seq"] for r in rows]
-        ax1.plot(seqs, [(r["read_bytes"] + r["write_bytes"]) / 1e9 for r in rows], "o-",
-                 color=color, label=f"{provider}: measured (ncu)")
-        ax1.plot(seqs, [r["model_bytes"] / 1e9 for r in rows], "--", color=color,
-                 label=f"{provider}: model")
+        ax1.plot(
+            seqs,
+            [(r["read_bytes"] + r["write_bytes"]) / 1e9 for r in rows],
+            "o-",
+            color=color,
+            label=f"{provider}: measured (ncu)",
+        )
+        ax1.plot(
+            seqs,
+            [r["model_bytes"] / 1e9 for r in rows],
+            "--",
+            color=color,
+            label=f"{provider}: model",
+        )
         if provider == "ours":
-            ax1.plot(seqs, [r["model_bytes_kv_rereads"] / 1e9 for r in rows], ":", color=color,
-                     label="ours: model with K/V re-read per query block")
-    ax1.set(xscale="log", yscale="log", xlabel="sequence length", ylabel="DRAM GB per forward",
-            title="HBM traffic: hbm_traffic against dram__bytes")
+            ax1.plot(
+                seqs,
+                [r["model_bytes_kv_rereads"] / 1e9 for r in rows],
+                ":",
+                color=color,
+                label="ours: model with K/V re-read per query block",
+            )
+    ax1.set(
+        xscale="log",
+        yscale="log",
+        xlabel="sequence length",
+        ylabel="DRAM GB per forward",
+        title="HBM traffic: hbm_traffic against dram__bytes",
+    )
     ax1.set_xscale("log", base=2)
     ax1.legend(fontsize=7)
     names = [b["case"] for b in result["banks"]]
     x = range(len(names))
-    ax2.bar([i - 0.2 for i in x], [b["model_degree"] for b in result["banks"]], 0.4,
-            label="model: bank_conflict_degree")
-    ax2.bar([i + 0.2 for i in x], [b["measured_degree"] for b in result["banks"]], 0.4,
-            label="measured: wavefronts per load")
+    ax2.bar(
+        [i - 0.2 for i in x],
+        [b["model_degree"] for b in result["banks"]],
+        0.4,
+        label="model: bank_conflict_degree",
+    )
+    ax2.bar(
+        [i + 0.2 for i in x],
+        [b["measured_degree"] for b in result["banks"]],
+        0.4,
+        label="measured: wavefronts per load",
+    )
     ax2.set_xticks(list(x), names, rotation=35, ha="right", fontsize=7)
     ax2.set(ylabel="passes per warp load", title="shared-memory bank conflicts")
     ax2.legend(fontsize=7)
-    fig.suptitle(f"{result['device']['device_name']}, {result['device'].get('ncu') or 'ncu'}, "
-                 f"{result['date'][:10]}", fontsize=9)
+    fig.suptitle(
+        f"{result['device']['device_name']}, {result['device'].get('ncu') or 'ncu'}, "
+        f"{result['date'][:10]}",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig
 
@@ -241,11 +315,16 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["_banks"]:
         _banks_target()
         return 0
-    p = argparse.ArgumentParser(prog="python -m mlinfra_lab.attention.counters",
-                                description=__doc__.split("\n\n")[1])
-    p.add_argument("--out", required=True, help="result JSON, e.g. "
-                   "benchmarks/results/h200-counters-YYYY-MM-DD.json (not h200-attention-*: "
-                   "that pattern is the benchmark's)")
+    p = argparse.ArgumentParser(
+        prog="python -m mlinfra_lab.attention.counters", description=__doc__.split("\n\n")[1]
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="result JSON, e.g. "
+        "benchmarks/results/h200-counters-YYYY-MM-DD.json (not h200-attention-*: "
+        "that pattern is the benchmark's)",
+    )
     args = p.parse_args(argv)
     result = run()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

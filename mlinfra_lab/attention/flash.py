@@ -72,8 +72,14 @@ import torch
 from mlinfra_lab import runtime
 from mlinfra_lab.attention._checks import AttentionInputError, check_kernel_inputs
 
-__all__ = ["DEFAULT_VERSION", "KernelVersionWarning", "flash_attention", "flash_attention_lse",
-           "poisoned_buffers", "resolve_version"]
+__all__ = [
+    "DEFAULT_VERSION",
+    "KernelVersionWarning",
+    "flash_attention",
+    "flash_attention_lse",
+    "poisoned_buffers",
+    "resolve_version",
+]
 
 LOG2E = 1.4426950408889634
 DEFAULT_VERSION = 1  # the forward kernel used when neither the call nor the env picks one
@@ -110,8 +116,10 @@ def resolve_version(version: int | None = None) -> int:
 def _batch_chunks(b: int, h: int) -> list[tuple[int, int]]:
     """Batch ranges ``[start, end)`` whose ``(end - start) * h`` fits the grid's row limit."""
     if h > MAX_GRID_ROWS:
-        raise AttentionInputError(f"{h} heads exceed the {MAX_GRID_ROWS} grid rows one launch "
-                                  "can address; fold heads into the batch dimension")
+        raise AttentionInputError(
+            f"{h} heads exceed the {MAX_GRID_ROWS} grid rows one launch "
+            "can address; fold heads into the batch dimension"
+        )
     per = MAX_GRID_ROWS // h
     return [(s, min(b, s + per)) for s in range(0, b, per)]
 
@@ -149,8 +157,14 @@ def _v2_unusable(sm_scale: float, tensors: tuple[torch.Tensor, ...]) -> str | No
     return None
 
 
-def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-             sm_scale: float, version: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    sm_scale: float,
+    version: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel; returns O and the base-2 LSE ``[B*H, Nq]`` (fp32)."""
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
@@ -166,23 +180,33 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
         # v2 needs 16-byte aligned bases (the copy engine) and a positive scale (max first)
         why_not = _v2_unusable(sm_scale, (cq, ck, cv, co)) if version == 2 else None
         if why_not:
-            warnings.warn(f"flash_attention(version=2) cannot run here ({why_not}): ran v1",
-                          KernelVersionWarning, stacklevel=4)
+            warnings.warn(
+                f"flash_attention(version=2) cannot run here ({why_not}): ran v1",
+                KernelVersionWarning,
+                stacklevel=4,
+            )
         if version == 2 and not why_not:
             from mlinfra_lab.attention._flash_kernels import set_descriptor_allocator
 
             set_descriptor_allocator()
-            _kernels()["fwd_v2"][grid](cq, ck, cv, co, clse, n_q, n_k, sm_scale * LOG2E,
-                                       **common)
+            _kernels()["fwd_v2"][grid](cq, ck, cv, co, clse, n_q, n_k, sm_scale * LOG2E, **common)
         else:
-            _kernels()["fwd"][grid](cq, ck, cv, co, clse, n_q, n_k, sm_scale * LOG2E, n_q * d,
-                                    n_k * d, d, **common)
+            _kernels()["fwd"][grid](
+                cq, ck, cv, co, clse, n_q, n_k, sm_scale * LOG2E, n_q * d, n_k * d, d, **common
+            )
     return o, lse
 
 
-def _backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              o: torch.Tensor, lse: torch.Tensor, causal: bool, sm_scale: float
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _backward(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+    sm_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     do = do.contiguous()
@@ -197,11 +221,14 @@ def _backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         t = [x[s:e] for x in (q, k, v, do)]
         clse, cdelta = lse[s * h : e * h], delta[s * h : e * h]
         kern["delta"][(_cdiv(n_q, 64), rows)](
-            o[s:e], t[3], cdelta, n_q, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=64)
+            o[s:e], t[3], cdelta, n_q, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=64
+        )
         kern["dkdv"][lambda m, rows=rows: (_cdiv(n_k, m["BLOCK_N"]), rows)](
-            *t, clse, cdelta, dk[s:e], dv[s:e], *args, **common)
+            *t, clse, cdelta, dk[s:e], dv[s:e], *args, **common
+        )
         kern["dq"][lambda m, rows=rows: (_cdiv(n_q, m["BLOCK_M"]), rows)](
-            *t, clse, cdelta, dq[s:e], *args, **common)
+            *t, clse, cdelta, dq[s:e], *args, **common
+        )
     return dq, dk, dv
 
 
@@ -211,8 +238,15 @@ def _cdiv(a: int, b: int) -> int:
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                sm_scale: float, version: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        sm_scale: float,
+        version: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         o, lse = _forward(q, k, v, causal, sm_scale, version)
         ctx.save_for_backward(q, k, v, o, lse)
@@ -227,8 +261,14 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
-def _apply(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-           sm_scale: float | None, version: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _apply(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    sm_scale: float | None,
+    version: int | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Check the inputs and run the autograd function: O and the base-2 LSE ``[B*H, Nq]``."""
     runtime.ensure_triton_mode()  # before the first triton import, when there is no GPU
     _, _, _, _, d = check_kernel_inputs(q, k, v, causal, runtime.triton_interpreted())

@@ -42,11 +42,23 @@ import torch
 __all__ = ["committed_study", "main", "plot_memory", "plot_tiles", "version_rows"]
 
 MEMORY_SEQS = (1024, 2048, 4096, 8192, 16384)
-TILE_CONFIGS = ((64, 32, 4, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 4, 3),
-                (128, 64, 8, 3), (128, 128, 8, 2), (256, 64, 8, 2), (256, 128, 8, 2))
-CHECK_SHAPES = ((2, 4, 1000, 1000, 128, True), (1, 4, 300, 2048, 128, False),
-                (2, 3, 257, 257, 80, False), (1, 2, 4096, 4096, 64, True),
-                (1, 2, 17, 17, 96, True))
+TILE_CONFIGS = (
+    (64, 32, 4, 3),
+    (64, 64, 4, 3),
+    (128, 32, 8, 3),
+    (128, 64, 4, 3),
+    (128, 64, 8, 3),
+    (128, 128, 8, 2),
+    (256, 64, 8, 2),
+    (256, 128, 8, 2),
+)
+CHECK_SHAPES = (
+    (2, 4, 1000, 1000, 128, True),
+    (1, 4, 300, 2048, 128, False),
+    (2, 3, 257, 257, 80, False),
+    (1, 2, 4096, 4096, 64, True),
+    (1, 2, 17, 17, 96, True),
+)
 
 
 # Tiles the study's runs choose from (compile time is device time): the two forward tiles
@@ -67,9 +79,15 @@ def _restricted() -> Any:
 
     stack = ExitStack()
     for kernel, tiles in STUDY_TILES.items():
-        stack.enter_context(restrict(kernel, [dict(zip(("BLOCK_M", "BLOCK_N", "num_warps",
-                                                        "num_stages"), t, strict=True))
-                                              for t in tiles]))
+        stack.enter_context(
+            restrict(
+                kernel,
+                [
+                    dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), t, strict=True))
+                    for t in tiles
+                ],
+            )
+        )
     return stack
 
 
@@ -77,22 +95,25 @@ def _rms(x: torch.Tensor) -> float:
     return x.double().pow(2).mean().sqrt().item()
 
 
-def _grads(fn: Any, xs: tuple[torch.Tensor, ...], do: torch.Tensor, causal: bool
-           ) -> list[torch.Tensor]:
+def _grads(
+    fn: Any, xs: tuple[torch.Tensor, ...], do: torch.Tensor, causal: bool
+) -> list[torch.Tensor]:
     leaves = [x.detach().clone().requires_grad_() for x in xs]
     o = fn(*leaves, causal=causal)
     o.backward(do.to(o.dtype))
     return [o.detach()] + [x.grad for x in leaves]
 
 
-def _poisoned_grads(version: int, xs: tuple[torch.Tensor, ...], do: torch.Tensor,
-                    causal: bool) -> list[torch.Tensor]:
+def _poisoned_grads(
+    version: int, xs: tuple[torch.Tensor, ...], do: torch.Tensor, causal: bool
+) -> list[torch.Tensor]:
     """Our outputs and gradients with every buffer the launchers allocate set to NaN first."""
     from mlinfra_lab.attention.flash import flash_attention, poisoned_buffers
 
     with poisoned_buffers():
-        return _grads(lambda *x, causal: flash_attention(*x, causal=causal, version=version),
-                      xs, do, causal)
+        return _grads(
+            lambda *x, causal: flash_attention(*x, causal=causal, version=version), xs, do, causal
+        )
 
 
 def _correctness() -> list[dict[str, Any]]:
@@ -101,8 +122,10 @@ def _correctness() -> list[dict[str, Any]]:
     out = []
     for i, (b, h, n_q, n_k, d, causal) in enumerate(CHECK_SHAPES):
         g = torch.Generator(device="cuda").manual_seed(100 + i)  # fresh inputs per shape
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", generator=g, dtype=torch.bfloat16)
-                   for n in (n_q, n_k, n_k))
+        q, k, v = (
+            torch.randn(b, h, n, d, device="cuda", generator=g, dtype=torch.bfloat16)
+            for n in (n_q, n_k, n_k)
+        )
         do = torch.randn(b, h, n_q, d, device="cuda", generator=g, dtype=torch.bfloat16)
         ref = _grads(naive_attention, (q.double(), k.double(), v.double()), do.double(), causal)
         eager = _grads(naive_attention, (q, k, v), do, causal)
@@ -112,9 +135,17 @@ def _correctness() -> list[dict[str, Any]]:
                 err, eager_err = _rms(a.double() - r), _rms(e.double() - r)
                 floor = 2 * torch.finfo(torch.bfloat16).eps * max(_rms(r), 1.0)
                 ok = bool(not torch.isnan(a).any() and err <= 2 * eager_err + floor)
-                out.append(dict(shape=[b, h, n_q, n_k, d, causal], version=version, tensor=name,
-                                rms_err=err, eager_rms_err=eager_err,
-                                rel_err=err / max(_rms(r), 1e-30), ok=ok))
+                out.append(
+                    dict(
+                        shape=[b, h, n_q, n_k, d, causal],
+                        version=version,
+                        tensor=name,
+                        rms_err=err,
+                        eager_rms_err=eager_err,
+                        rel_err=err / max(_rms(r), 1e-30),
+                        ok=ok,
+                    )
+                )
     return out
 
 
@@ -131,8 +162,9 @@ def _versions(cfg: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _peak(fn: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
-          backward: bool) -> int:
+def _peak(
+    fn: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, backward: bool
+) -> int:
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
@@ -160,18 +192,32 @@ def _memory() -> list[dict[str, Any]]:
     rows = []
     for n in MEMORY_SEQS:
         g = torch.Generator(device="cuda").manual_seed(n)
-        q, k, v = (torch.randn(1, 16, n, 128, device="cuda", dtype=torch.bfloat16, generator=g
-                               ).requires_grad_() for _ in range(3))
+        q, k, v = (
+            torch.randn(
+                1, 16, n, 128, device="cuda", dtype=torch.bfloat16, generator=g
+            ).requires_grad_()
+            for _ in range(3)
+        )
         do = torch.randn(1, 16, n, 128, device="cuda", dtype=torch.bfloat16, generator=g)
         for name, fn in fns.items():
-            row: dict[str, Any] = dict(provider=name, batch=1, heads=16, seq=n, head_dim=128,
-                                       input_bytes=3 * q.numel() * 2, error=None)
+            row: dict[str, Any] = dict(
+                provider=name,
+                batch=1,
+                heads=16,
+                seq=n,
+                head_dim=128,
+                input_bytes=3 * q.numel() * 2,
+                error=None,
+            )
             try:
                 row["fwd_peak_bytes"] = _peak(fn, q, k, v, do, backward=False)
                 row["fwd_bwd_peak_bytes"] = _peak(fn, q, k, v, do, backward=True)
             except (RuntimeError, torch.OutOfMemoryError) as err:
-                row.update(fwd_peak_bytes=None, fwd_bwd_peak_bytes=None,
-                           error=str(err).splitlines()[0][:200])
+                row.update(
+                    fwd_peak_bytes=None,
+                    fwd_bwd_peak_bytes=None,
+                    error=str(err).splitlines()[0][:200],
+                )
             torch.cuda.empty_cache()
             rows.append(row)
     return rows
@@ -184,8 +230,18 @@ def _tiles() -> list[dict[str, Any]]:
     rows = []
     for version in (1, 2):
         for bm, bn, warps, stages in TILE_CONFIGS:
-            t = time_forward_tile(bm, bn, warps, stages, batch=2, heads=16, seq=8192,
-                                  head_dim=128, causal=False, version=version)
+            t = time_forward_tile(
+                bm,
+                bn,
+                warps,
+                stages,
+                batch=2,
+                heads=16,
+                seq=8192,
+                head_dim=128,
+                causal=False,
+                version=version,
+            )
             row = t.as_dict()
             row["max_abs_diff_vs_v1"] = row.pop("max_abs_diff")  # the committed files' key
             rows.append(row)
@@ -210,9 +266,18 @@ def version_rows(study: dict[str, Any], mode: str = "fwd") -> list[dict[str, Any
     out = []
     for (d, causal, n), t in sorted(cells.items()):
         v1, v2 = t.get("ours_v1"), t.get("ours_v2")
-        out.append(dict(head_dim=d, causal=causal, seq=n, v1=v1, v2=v2,
-                        sdpa_flash=t.get("sdpa_flash"), sdpa_cudnn=t.get("sdpa_cudnn"),
-                        v2_over_v1=v2 / v1 if v1 and v2 else None))
+        out.append(
+            dict(
+                head_dim=d,
+                causal=causal,
+                seq=n,
+                v1=v1,
+                v2=v2,
+                sdpa_flash=t.get("sdpa_flash"),
+                sdpa_cudnn=t.get("sdpa_cudnn"),
+                v2_over_v1=v2 / v1 if v1 and v2 else None,
+            )
+        )
     return out
 
 
@@ -225,8 +290,9 @@ def plot_memory(study: dict[str, Any], ax: Any = None) -> Any:
         _, ax = plt.subplots(figsize=(5, 3.4))
     for prov in ("eager", "sdpa_flash", "ours"):
         rows = [r for r in study["memory"] if r["provider"] == prov]
-        pts = sorted((r["seq"], r["fwd_bwd_peak_bytes"] / 2**30) for r in rows
-                     if r["fwd_bwd_peak_bytes"])
+        pts = sorted(
+            (r["seq"], r["fwd_bwd_peak_bytes"] / 2**30) for r in rows if r["fwd_bwd_peak_bytes"]
+        )
         if pts:
             ax.plot(*zip(*pts, strict=True), "o-", label=prov, lw=2.5 if prov == "ours" else 1.2)
         for r in rows:
@@ -248,8 +314,7 @@ def plot_tiles(study: dict[str, Any], version: int = 1, ax: Any = None) -> Any:
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.2))
     rows = [r for r in study["tiles"] if r["version"] == version]
-    labels = [f"{r['block_m']}x{r['block_n']}\nw{r['num_warps']} s{r['num_stages']}"
-              for r in rows]
+    labels = [f"{r['block_m']}x{r['block_n']}\nw{r['num_warps']} s{r['num_stages']}" for r in rows]
     vals = [r["tflops"] or 0.0 for r in rows]
     best = max(vals) if vals else 0.0
     ax.bar(range(len(rows)), vals, color=["C3" if v == best else "C0" for v in vals])
@@ -259,8 +324,9 @@ def plot_tiles(study: dict[str, Any], version: int = 1, ax: Any = None) -> Any:
             ax.text(i, 5, "failed", rotation=90, fontsize=7, ha="center")
     ax.set_ylabel("forward TFLOP/s")
     r0 = rows[0] if rows else {}
-    ax.set_title(f"v{version}: D={r0.get('head_dim')}, N={r0.get('seq')}, non-causal, bf16",
-                 fontsize=9)
+    ax.set_title(
+        f"v{version}: D={r0.get('head_dim')}, N={r0.get('seq')}, non-causal, bf16", fontsize=9
+    )
     return ax
 
 
@@ -271,12 +337,17 @@ def describe_tiles(study: dict[str, Any]) -> str:
     for version in sorted({r["version"] for r in study["tiles"]}):
         rows = [r for r in study["tiles"] if r["version"] == version and r["tflops"]]
         best = max(rows, key=lambda r: r["tflops"])
-        behind = ", ".join(f"{r['block_m']}x{r['block_n']} w{r['num_warps']} "
-                           f"{r['tflops'] / best['tflops'] - 1:+.0%}"
-                           for r in rows if r is not best)
-        lines.append(f"v{version} best {best['block_m']}x{best['block_n']} "
-                     f"w{best['num_warps']} s{best['num_stages']}: {best['tflops']:.0f} TFLOP/s; "
-                     f"others: {behind}")
+        behind = ", ".join(
+            f"{r['block_m']}x{r['block_n']} w{r['num_warps']} "
+            f"{r['tflops'] / best['tflops'] - 1:+.0%}"
+            for r in rows
+            if r is not best
+        )
+        lines.append(
+            f"v{version} best {best['block_m']}x{best['block_n']} "
+            f"w{best['num_warps']} s{best['num_stages']}: {best['tflops']:.0f} TFLOP/s; "
+            f"others: {behind}"
+        )
     return "\n".join(lines)
 
 
@@ -299,16 +370,21 @@ def _study(args: argparse.Namespace) -> int:
     from mlinfra_lab import runtime
     from mlinfra_lab.attention import bench
 
-    result: dict[str, Any] = {"benchmark": "attention-study",
-                              "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    result: dict[str, Any] = {
+        "benchmark": "attention-study",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
     info = runtime.describe().as_dict()
     import triton
 
     info["triton"] = triton.__version__
     result["device"] = info
     sections = [("correctness", _correctness), ("memory", _memory), ("tiles", _tiles)]
-    cfg = replace(bench.BenchConfig(), seqs=tuple(int(s) for s in args.seqs.split(",")),
-                  providers=("ours_v1", "ours_v2", "sdpa_flash", "sdpa_cudnn"))
+    cfg = replace(
+        bench.BenchConfig(),
+        seqs=tuple(int(s) for s in args.seqs.split(",")),
+        providers=("ours_v1", "ours_v2", "sdpa_flash", "sdpa_cudnn"),
+    )
     result["config"] = asdict(cfg)
     out = Path(args.out) / args.name
     for name, fn in sections[:1] + [("rows", lambda: _versions(cfg))] + sections[1:]:
@@ -320,21 +396,35 @@ def _study(args: argparse.Namespace) -> int:
         out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"[{_dt.datetime.now():%H:%M:%S}] {name} done", flush=True)
     result["matmul_tflops"] = bench._matmul_tflops(cfg, "cuda")
-    result["ratios"] = bench._ratios([dict(r, provider="ours" if r["provider"] == "ours_v2"
-                                           else r["provider"]) for r in result["rows"]])
+    result["ratios"] = bench._ratios(
+        [
+            dict(r, provider="ours" if r["provider"] == "ours_v2" else r["provider"])
+            for r in result["rows"]
+        ]
+    )
     out.write_text(json.dumps(result, indent=1) + "\n")
     bad = [c for c in result["correctness"] if not c["ok"]]
-    print(f"correctness: {len(result['correctness']) - len(bad)} ok, {len(bad)} failed "
-          f"{[(c['shape'], c['version'], c['tensor']) for c in bad]}")
+    print(
+        f"correctness: {len(result['correctness']) - len(bad)} ok, {len(bad)} failed "
+        f"{[(c['shape'], c['version'], c['tensor']) for c in bad]}"
+    )
     if result["rows"]:
         print(bench.format_table(result))
     for r in result["memory"]:
-        print("mem", r["provider"], r["seq"], r.get("fwd_peak_bytes"),
-              r.get("fwd_bwd_peak_bytes"), r["error"] or "")
+        print(
+            "mem",
+            r["provider"],
+            r["seq"],
+            r.get("fwd_peak_bytes"),
+            r.get("fwd_bwd_peak_bytes"),
+            r["error"] or "",
+        )
     for r in result["tiles"]:
-        print(f"tile v{r['version']} {r['block_m']:3d} x {r['block_n']:3d} "
-              f"w{r['num_warps']} s{r['num_stages']}",
-              f"{r['tflops']:.1f}" if r["tflops"] else r["error"])
+        print(
+            f"tile v{r['version']} {r['block_m']:3d} x {r['block_n']:3d} "
+            f"w{r['num_warps']} s{r['num_stages']}",
+            f"{r['tflops']:.1f}" if r["tflops"] else r["error"],
+        )
     print("errors:", result.get("errors"))
     return 1 if bad or result.get("errors") else 0
 

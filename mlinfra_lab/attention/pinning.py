@@ -36,9 +36,14 @@ def restrict(kernel: str, tiles: list[dict[str, int]]) -> Iterator[None]:
         raise ValueError(f"restrict({kernel!r}, []) needs at least one tile")
     tuner = kernels()[kernel]
     saved = tuner.configs
-    tuner.configs = [triton.Config({"BLOCK_M": t["BLOCK_M"], "BLOCK_N": t["BLOCK_N"]},
-                                   num_warps=t["num_warps"], num_stages=t["num_stages"])
-                     for t in tiles]
+    tuner.configs = [
+        triton.Config(
+            {"BLOCK_M": t["BLOCK_M"], "BLOCK_N": t["BLOCK_N"]},
+            num_warps=t["num_warps"],
+            num_stages=t["num_stages"],
+        )
+        for t in tiles
+    ]
     tuner.cache.clear()
     try:
         yield

@@ -53,11 +53,18 @@ def _flex_fn(n: int, causal: bool, device: str) -> Attention:
 
     mask = None
     if causal:
-        mask = create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, B=None, H=None,
-                                 Q_LEN=n, KV_LEN=n, device=device)
+        mask = create_block_mask(
+            lambda b, h, q_idx, kv_idx: q_idx >= kv_idx,
+            B=None,
+            H=None,
+            Q_LEN=n,
+            KV_LEN=n,
+            device=device,
+        )
     if device != "cuda":  # PyTorch refuses inputs that require grad here: forward only
-        return lambda q, k, v, causal: flex_attention(q.detach(), k.detach(), v.detach(),
-                                                      block_mask=mask)
+        return lambda q, k, v, causal: flex_attention(
+            q.detach(), k.detach(), v.detach(), block_mask=mask
+        )
     torch._dynamo.reset()  # one compile per shape; never the recompile limit's eager fallback
     # the benchmark replays one backward graph (retain_graph=True), which a compiled backward
     # refuses when it may reuse ("donate") its saved buffers
@@ -81,8 +88,11 @@ def _provider_fn(name: str, n: int, causal: bool, device: str) -> Attention:
         return lambda q, k, v, causal: naive_attention(q, k, v, causal=causal)
     if name == "flex":
         return _flex_fn(n, causal, device)
-    backend = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
-               "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
+    backend = {
+        "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+        "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+        "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
+    }[name]
 
     def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
         with sdpa_kernel(backend):
@@ -96,8 +106,15 @@ def time_ms(fn: Callable[[], Any], cfg: TimingConfig, grad_to_none: list | None 
     if torch.cuda.is_available():
         from triton.testing import do_bench
 
-        return float(do_bench(fn, warmup=cfg.warmup_ms, rep=cfg.rep_ms,
-                              grad_to_none=grad_to_none, return_mode="median"))
+        return float(
+            do_bench(
+                fn,
+                warmup=cfg.warmup_ms,
+                rep=cfg.rep_ms,
+                grad_to_none=grad_to_none,
+                return_mode="median",
+            )
+        )
     fn()  # warm-up (the interpreter's first call parses the kernel)
     times = []
     for _ in range(3):
@@ -118,8 +135,10 @@ def measure(name: str, shape: tuple, cfg: TimingConfig, device: str) -> list[dic
     b, h, n, d, causal = shape
     dtype = getattr(torch, cfg.dtype)
     g = torch.Generator(device=device).manual_seed(n + d)  # random data, never zeros
-    q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dtype, generator=g).requires_grad_()
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(b, h, n, d, device=device, dtype=dtype, generator=g).requires_grad_()
+        for _ in range(3)
+    )
     do = torch.randn(b, h, n, d, device=device, dtype=dtype, generator=g)
     base = {"provider": name, "batch": b, "heads": h, "seq": n, "head_dim": d, "causal": causal}
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -146,8 +165,11 @@ def measure(name: str, shape: tuple, cfg: TimingConfig, device: str) -> list[dic
         for _ in range(cfg.repeats):
             runs["fwd"].append(time_ms(lambda: fn(q, k, v, causal), cfg))
             if "bwd" not in errors:
-                runs["bwd"].append(time_ms(lambda: out.backward(do, retain_graph=True), cfg,
-                                           grad_to_none=[q, k, v]))
+                runs["bwd"].append(
+                    time_ms(
+                        lambda: out.backward(do, retain_graph=True), cfg, grad_to_none=[q, k, v]
+                    )
+                )
         out = None  # free the graph before the next provider
     except (RuntimeError, ValueError, AssertionError) as err:  # a provider refusing the shape
         errors = {"fwd": _error_text(err), "bwd": _error_text(err)}
@@ -155,13 +177,22 @@ def measure(name: str, shape: tuple, cfg: TimingConfig, device: str) -> list[dic
     rows = []
     for mode, ms_runs in runs.items():
         if mode in errors:
-            rows.append(dict(base, mode=mode, ms=None, tflops=None, peak_bytes=None,
-                             error=errors[mode]))
+            rows.append(
+                dict(base, mode=mode, ms=None, tflops=None, peak_bytes=None, error=errors[mode])
+            )
             continue
         flops = attention_flops(b, h, n, n, d, causal, mode)
         ms = statistics.median(ms_runs)
-        row = dict(base, mode=mode, ms=ms, tflops=flops / ms * 1e-9, peak_bytes=peak,
-                   error=None, tiles=tiles.get(mode), ms_runs=ms_runs)
+        row = dict(
+            base,
+            mode=mode,
+            ms=ms,
+            tflops=flops / ms * 1e-9,
+            peak_bytes=peak,
+            error=None,
+            tiles=tiles.get(mode),
+            ms_runs=ms_runs,
+        )
         if name == "flex":
             row["compile_s"] = first_s  # fwd + bwd compile (and first run), never timed
         rows.append(row)

@@ -47,16 +47,21 @@ class BackendTiming:
     def __str__(self) -> str:
         if self.error:
             return f"{self.backend:20s} cannot run here: {self.error}"
-        return (f"{self.backend:20s} {self.ms:8.2f} ms  max |diff| vs MATH {self.max_abs_diff:.1e}"
-                f"  kernel {self.kernel}")
+        return (
+            f"{self.backend:20s} {self.ms:8.2f} ms  max |diff| vs MATH {self.max_abs_diff:.1e}"
+            f"  kernel {self.kernel}"
+        )
 
 
 def _kernel_name(call: object) -> str | None:
     """The most specific attention operator in a profiler record of one call."""
     with torch.autograd.profiler.profile() as prof:
         call()  # type: ignore[operator]
-    names = [e.name for e in prof.function_events
-             if "attention" in e.name and e.name != "aten::scaled_dot_product_attention"]
+    names = [
+        e.name
+        for e in prof.function_events
+        if "attention" in e.name and e.name != "aten::scaled_dot_product_attention"
+    ]
     return names[0] if names else None
 
 
@@ -73,20 +78,28 @@ def _median_ms(call: object, repeats: int) -> float:
     return statistics.median(times)
 
 
-def sdpa_backends(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                  backends: tuple[str, ...] = BACKENDS, repeats: int = 3) -> list[BackendTiming]:
+def sdpa_backends(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    backends: tuple[str, ...] = BACKENDS,
+    repeats: int = 3,
+) -> list[BackendTiming]:
     """Time SDPA on (q, k, v) (each (B, H, N, D)) with each backend of `backends`, in order."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     unknown = [b for b in backends if b != "default" and not hasattr(SDPBackend, b)]
     if unknown or repeats < 1:
-        raise ValueError(f"unknown backends {unknown} (choose from {BACKENDS}) or repeats "
-                         f"{repeats} < 1")
+        raise ValueError(
+            f"unknown backends {unknown} (choose from {BACKENDS}) or repeats {repeats} < 1"
+        )
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         reference = sdpa(q, k, v, is_causal=causal)
     out = []
     for name in backends:
+
         def call(name: str = name) -> torch.Tensor:
             if name == "default":
                 return sdpa(q, k, v, is_causal=causal)

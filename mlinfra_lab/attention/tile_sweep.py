@@ -35,12 +35,23 @@ __all__ = ["main", "sweep"]
 
 
 def _tile(config: Any) -> dict[str, int]:
-    return {"BLOCK_M": config.kwargs["BLOCK_M"], "BLOCK_N": config.kwargs["BLOCK_N"],
-            "num_warps": config.num_warps, "num_stages": config.num_stages}
+    return {
+        "BLOCK_M": config.kwargs["BLOCK_M"],
+        "BLOCK_N": config.kwargs["BLOCK_N"],
+        "num_warps": config.num_warps,
+        "num_stages": config.num_stages,
+    }
 
 
-def _timer(kernel: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
-           causal: bool, rep_ms: int) -> Any:
+def _timer(
+    kernel: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    causal: bool,
+    rep_ms: int,
+) -> Any:
     from mlinfra_lab.attention.bench import BenchConfig
     from mlinfra_lab.attention.flash import flash_attention
     from mlinfra_lab.attention.providers import time_ms
@@ -52,20 +63,34 @@ def _timer(kernel: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: t
     return lambda: time_ms(lambda: out.backward(do, retain_graph=True), cfg, [q, k, v])
 
 
-def _shape_entries(gpu: str, dtype: torch.dtype, b: int, h: int, n: int, d: int, causal: bool,
-                   repeats: int, rep_ms: int) -> list[dict[str, Any]]:
+def _shape_entries(
+    gpu: str,
+    dtype: torch.dtype,
+    b: int,
+    h: int,
+    n: int,
+    d: int,
+    causal: bool,
+    repeats: int,
+    rep_ms: int,
+) -> list[dict[str, Any]]:
     from mlinfra_lab.attention._flash_kernels import configs
     from mlinfra_lab.attention.pinning import force
 
     device = runtime.device()
     g = torch.Generator(device=device).manual_seed(n + d)
-    q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dtype, generator=g).requires_grad_()
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(b, h, n, d, device=device, dtype=dtype, generator=g).requires_grad_()
+        for _ in range(3)
+    )
     do = torch.randn(b, h, n, d, device=device, dtype=dtype, generator=g)
     fwd, dkdv, dq = configs()
     entries = []
-    for kernel, candidates, other in (("fwd", fwd, None), ("dkdv", dkdv, ("dq", dq[0])),
-                                      ("dq", dq, ("dkdv", dkdv[0]))):
+    for kernel, candidates, other in (
+        ("fwd", fwd, None),
+        ("dkdv", dkdv, ("dq", dq[0])),
+        ("dq", dq, ("dkdv", dkdv[0])),
+    ):
         times: dict[str, list[float]] = {str(_tile(c)): [] for c in candidates}
         for _ in range(repeats):
             for c in candidates:
@@ -74,23 +99,37 @@ def _shape_entries(gpu: str, dtype: torch.dtype, b: int, h: int, n: int, d: int,
                         times[str(_tile(c))].append(_timer(kernel, q, k, v, do, causal, rep_ms)())
                         continue
                     with force(other[0], _tile(other[1])):
-                        times[str(_tile(c))].append(_timer(kernel, q, k, v, do, causal,
-                                                           rep_ms)())
+                        times[str(_tile(c))].append(_timer(kernel, q, k, v, do, causal, rep_ms)())
         medians = sorted((statistics.median(t), key) for key, t in times.items())
         best = next(_tile(c) for c in candidates if str(_tile(c)) == medians[0][1])
-        entries.append({
-            "kernel": kernel, "gpu": gpu, "dtype": str(dtype).removeprefix("torch."),
-            "head_dim": d, "causal": causal, "seq": n, "tile": best,
-            "median_ms": medians[0][0],
-            "margin": medians[1][0] / medians[0][0] - 1 if len(medians) > 1 else None,
-            "candidates": {key: t for key, t in times.items()},
-        })
+        entries.append(
+            {
+                "kernel": kernel,
+                "gpu": gpu,
+                "dtype": str(dtype).removeprefix("torch."),
+                "head_dim": d,
+                "causal": causal,
+                "seq": n,
+                "tile": best,
+                "median_ms": medians[0][0],
+                "margin": medians[1][0] / medians[0][0] - 1 if len(medians) > 1 else None,
+                "candidates": {key: t for key, t in times.items()},
+            }
+        )
     return entries
 
 
-def sweep(seqs: tuple[int, ...], head_dims: tuple[int, ...], tokens: int, model_dim: int,
-          dtype: str = "bfloat16", repeats: int = 3, rep_ms: int = 100,
-          progress: bool = True, out: Path | None = None) -> dict[str, Any]:
+def sweep(
+    seqs: tuple[int, ...],
+    head_dims: tuple[int, ...],
+    tokens: int,
+    model_dim: int,
+    dtype: str = "bfloat16",
+    repeats: int = 3,
+    rep_ms: int = 100,
+    progress: bool = True,
+    out: Path | None = None,
+) -> dict[str, Any]:
     """Time every candidate tile on every shape; returns the table (see the module doc).
     With `out`, the table so far is written after each shape (a cut-short sweep keeps them)."""
     import triton
@@ -103,11 +142,16 @@ def sweep(seqs: tuple[int, ...], head_dims: tuple[int, ...], tokens: int, model_
     table: dict[str, Any] = {
         "benchmark": "attention-tile-sweep",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": info, "repeats": repeats, "rep_ms": rep_ms, "entries": []}
+        "device": info,
+        "repeats": repeats,
+        "rep_ms": rep_ms,
+        "entries": [],
+    }
     shapes = [(n, d, c) for d in head_dims for c in (False, True) for n in seqs]
     for n, d, causal in tqdm(shapes, desc="tile sweep", disable=not progress):
-        table["entries"] += _shape_entries(gpu, getattr(torch, dtype), tokens // n,
-                                           model_dim // d, n, d, causal, repeats, rep_ms)
+        table["entries"] += _shape_entries(
+            gpu, getattr(torch, dtype), tokens // n, model_dim // d, n, d, causal, repeats, rep_ms
+        )
         if out is not None:
             out.write_text(json.dumps(table, indent=1) + "\n")
     return table
@@ -115,10 +159,14 @@ def sweep(seqs: tuple[int, ...], head_dims: tuple[int, ...], tokens: int, model_
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: see the module doc (``--help``)."""
-    p = argparse.ArgumentParser(prog="python -m mlinfra_lab.attention.tile_sweep",
-                                description=__doc__.split("\n\n")[1])
-    p.add_argument("--out", required=True, help="table JSON to write, e.g. "
-                   "mlinfra_lab/attention/tile_table.json")
+    p = argparse.ArgumentParser(
+        prog="python -m mlinfra_lab.attention.tile_sweep", description=__doc__.split("\n\n")[1]
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="table JSON to write, e.g. mlinfra_lab/attention/tile_table.json",
+    )
     p.add_argument("--repeats", type=int, default=3, help="timings per tile (default: 3)")
     p.add_argument("--seqs", default="1024,2048,4096,8192,16384")
     p.add_argument("--head-dims", default="64,128")
@@ -126,11 +174,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
     on_gpu = torch.cuda.is_available()
-    table = sweep(tuple(int(x) for x in args.seqs.split(",")),
-                  tuple(int(x) for x in args.head_dims.split(",")),
-                  tokens=16384 if on_gpu else 64, model_dim=2048 if on_gpu else 32,
-                  dtype="bfloat16" if on_gpu else "float32", repeats=args.repeats,
-                  rep_ms=50 if on_gpu else 0, out=Path(args.out))
+    table = sweep(
+        tuple(int(x) for x in args.seqs.split(",")),
+        tuple(int(x) for x in args.head_dims.split(",")),
+        tokens=16384 if on_gpu else 64,
+        model_dim=2048 if on_gpu else 32,
+        dtype="bfloat16" if on_gpu else "float32",
+        repeats=args.repeats,
+        rep_ms=50 if on_gpu else 0,
+        out=Path(args.out),
+    )
     print(f"wrote {args.out}: {len(table['entries'])} entries")
     return 0
 

@@ -38,14 +38,24 @@ def load_table(path: str = str(TABLE_PATH)) -> dict[str, Any]:
     return json.loads(p.read_text()) if p.is_file() else {"entries": []}
 
 
-def lookup(kernel: str, gpu: str, dtype: str, head_dim: int, causal: bool, seq: int,
-           table: dict[str, Any] | None = None) -> dict[str, int] | None:
+def lookup(
+    kernel: str,
+    gpu: str,
+    dtype: str,
+    head_dim: int,
+    causal: bool,
+    seq: int,
+    table: dict[str, Any] | None = None,
+) -> dict[str, int] | None:
     """The measured best tile for this shape, or None (autotune) when no entry fits."""
     if os.environ.get("MLINFRA_ATTENTION_TILE_TABLE", "1") == "0":
         return None
-    entries = [e for e in (table or load_table())["entries"]
-               if (e["kernel"], e["gpu"], e["dtype"], e["head_dim"], e["causal"])
-               == (kernel, gpu, dtype, head_dim, causal)]
+    entries = [
+        e
+        for e in (table or load_table())["entries"]
+        if (e["kernel"], e["gpu"], e["dtype"], e["head_dim"], e["causal"])
+        == (kernel, gpu, dtype, head_dim, causal)
+    ]
     if not entries or seq < 1:
         return None
     nearest = min(entries, key=lambda e: abs(math.log2(e["seq"]) - math.log2(seq)))

@@ -38,8 +38,13 @@ import torch
 from mlinfra_lab.attention._checks import KERNEL_HEAD_DIM_RANGE
 from mlinfra_lab.errors import MlinfraError
 
-__all__ = ["TileConfigError", "TileTiming", "TileTimingNeedsGPUError", "check_tile_config",
-           "time_forward_tile"]
+__all__ = [
+    "TileConfigError",
+    "TileTiming",
+    "TileTimingNeedsGPUError",
+    "check_tile_config",
+    "time_forward_tile",
+]
 
 
 class TileConfigError(MlinfraError, ValueError):
@@ -79,22 +84,36 @@ def _power_of_two(x: int) -> bool:
     return isinstance(x, int) and x > 0 and x & (x - 1) == 0
 
 
-def check_tile_config(block_m: int, block_n: int, num_warps: int = 8, num_stages: int = 3,
-                      *, batch: int = 2, heads: int = 16, seq: int = 8192,
-                      head_dim: int = 128, causal: bool = False, version: int = 1) -> None:
+def check_tile_config(
+    block_m: int,
+    block_n: int,
+    num_warps: int = 8,
+    num_stages: int = 3,
+    *,
+    batch: int = 2,
+    heads: int = 16,
+    seq: int = 8192,
+    head_dim: int = 128,
+    causal: bool = False,
+    version: int = 1,
+) -> None:
     """Raise `TileConfigError` saying what to change when the kernel cannot take this
     config or shape; return None when it can."""
     for name, val in (("block_m", block_m), ("block_n", block_n)):
         if not _power_of_two(val) or not 16 <= val <= 256:
-            raise TileConfigError(f"{name}={val!r}: use a power of two from 16 to 256 "
-                                  "(16 is the smallest Tensor Core tile dimension)")
+            raise TileConfigError(
+                f"{name}={val!r}: use a power of two from 16 to 256 "
+                "(16 is the smallest Tensor Core tile dimension)"
+            )
     if not _power_of_two(num_warps) or num_warps > 16:
         raise TileConfigError(f"num_warps={num_warps!r}: use 1, 2, 4, 8 or 16")
     if not isinstance(num_stages, int) or not 1 <= num_stages <= 6:
         raise TileConfigError(f"num_stages={num_stages!r}: use an integer from 1 to 6")
     if causal and block_m % block_n:
-        raise TileConfigError(f"causal tiles need block_m to be a multiple of block_n, got "
-                              f"{block_m} x {block_n}: use block_n <= block_m")
+        raise TileConfigError(
+            f"causal tiles need block_m to be a multiple of block_n, got "
+            f"{block_m} x {block_n}: use block_n <= block_m"
+        )
     for name, val in (("batch", batch), ("heads", heads), ("seq", seq)):
         if not isinstance(val, int) or val < 1:
             raise TileConfigError(f"{name}={val!r}: use a positive integer")
@@ -106,34 +125,59 @@ def check_tile_config(block_m: int, block_n: int, num_warps: int = 8, num_stages
 
 
 @lru_cache(maxsize=2)
-def _inputs(batch: int, heads: int, seq: int, head_dim: int, causal: bool
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _inputs(
+    batch: int, heads: int, seq: int, head_dim: int, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Seeded q, k, v on the GPU and the autotuned v1 output on them (kept per shape)."""
     from mlinfra_lab.attention.flash import flash_attention
 
     dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     g = torch.Generator(device="cuda").manual_seed(8)
-    q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=dtype,
-                           generator=g) for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=dtype, generator=g)
+        for _ in range(3)
+    )
     return q, k, v, flash_attention(q, k, v, causal=causal, version=1)
 
 
-def time_forward_tile(block_m: int, block_n: int, num_warps: int = 8, num_stages: int = 3,
-                      *, batch: int = 2, heads: int = 16, seq: int = 8192,
-                      head_dim: int = 128, causal: bool = False, version: int = 1,
-                      warmup_ms: int = 25, rep_ms: int = 100) -> TileTiming:
+def time_forward_tile(
+    block_m: int,
+    block_n: int,
+    num_warps: int = 8,
+    num_stages: int = 3,
+    *,
+    batch: int = 2,
+    heads: int = 16,
+    seq: int = 8192,
+    head_dim: int = 128,
+    causal: bool = False,
+    version: int = 1,
+    warmup_ms: int = 25,
+    rep_ms: int = 100,
+) -> TileTiming:
     """Compile, check and time the forward kernel at exactly this tile config (GPU only).
 
     Returns a `TileTiming`; ``error`` is set (and the timing None) when the config does
     not compile or launch on this GPU. Raises `TileConfigError` for an invalid config and
     `TileTimingNeedsGPUError` without a CUDA GPU."""
-    check_tile_config(block_m, block_n, num_warps, num_stages, batch=batch, heads=heads,
-                      seq=seq, head_dim=head_dim, causal=causal, version=version)
+    check_tile_config(
+        block_m,
+        block_n,
+        num_warps,
+        num_stages,
+        batch=batch,
+        heads=heads,
+        seq=seq,
+        head_dim=head_dim,
+        causal=causal,
+        version=version,
+    )
     if not torch.cuda.is_available():
         raise TileTimingNeedsGPUError(
             "time_forward_tile needs a CUDA GPU: under the CPU interpreter a kernel's time "
             "says nothing about its tiles. Run on a GPU (Colab: Runtime > Change runtime type)"
-            ", or read the committed H200 sweep with gpu_study.committed_study()")
+            ", or read the committed H200 sweep with gpu_study.committed_study()"
+        )
     from triton.testing import do_bench
 
     from mlinfra_lab.attention.flash import flash_attention
@@ -142,11 +186,25 @@ def time_forward_tile(block_m: int, block_n: int, num_warps: int = 8, num_stages
 
     b, h, n, d = batch, heads, seq, head_dim
     q, k, v, ref = _inputs(b, h, n, d, causal)
-    tile = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps,
-            "num_stages": num_stages}
-    base = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
-                batch=b, heads=h, seq=n, head_dim=d, causal=causal, version=version,
-                dtype=str(q.dtype).removeprefix("torch."))
+    tile = {
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
+    }
+    base = dict(
+        block_m=block_m,
+        block_n=block_n,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        batch=b,
+        heads=h,
+        seq=n,
+        head_dim=d,
+        causal=causal,
+        version=version,
+        dtype=str(q.dtype).removeprefix("torch."),
+    )
 
     def call() -> torch.Tensor:
         return flash_attention(q, k, v, causal=causal, version=version)
@@ -156,7 +214,8 @@ def time_forward_tile(block_m: int, block_n: int, num_warps: int = 8, num_stages
             diff = (call().float() - ref.float()).abs().max().item()
             ms = float(do_bench(call, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
     except Exception as err:  # noqa: BLE001 (out of resources, compile errors: report them)
-        return TileTiming(**base, error=f"{type(err).__name__}: "
-                          + (str(err).splitlines() or [""])[0][:200])
+        return TileTiming(
+            **base, error=f"{type(err).__name__}: " + (str(err).splitlines() or [""])[0][:200]
+        )
     flops = attention_flops(b, h, n, n, d, causal, "fwd")
     return TileTiming(**base, ms=ms, tflops=flops / ms * 1e-9, max_abs_diff=diff)

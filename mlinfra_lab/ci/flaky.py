@@ -248,7 +248,7 @@ def detect_flaky(
             for _ in range(runs):
                 try:
                     outcomes.append(RunOutcome(True, target()))
-                except Exception as err:
+                except Exception as err:  # noqa: BLE001 (a failing run is an outcome to count)
                     outcomes.append(RunOutcome(False, None, f"{type(err).__name__}: {err}"))
                 bar.update()
     return FlakyReport(str(name), tuple(outcomes), atol)

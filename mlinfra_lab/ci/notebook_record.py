@@ -40,8 +40,11 @@ def device_info() -> dict[str, Any]:
     import torch
 
     info: dict[str, Any] = {
-        "device_name": (torch.cuda.get_device_name(0) if torch.cuda.is_available() else
-                        f"CPU ({platform.processor() or platform.machine()})"),
+        "device_name": (
+            torch.cuda.get_device_name(0)
+            if torch.cuda.is_available()
+            else f"CPU ({platform.processor() or platform.machine()})"
+        ),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
@@ -85,8 +88,14 @@ def _cells_from_junit(path: Path) -> list[dict[str, Any]]:
         message = ""
         if failure is not None:
             message = failure_reason(f"{failure.get('message') or ''}\n{failure.text or ''}")
-        cells.append({"cell": case.get("name", ""), "seconds": float(case.get("time", 0.0)),
-                      "failed": failure is not None, "message": message})
+        cells.append(
+            {
+                "cell": case.get("name", ""),
+                "seconds": float(case.get("time", 0.0)),
+                "failed": failure is not None,
+                "message": message,
+            }
+        )
     return cells
 
 
@@ -94,9 +103,19 @@ def run_notebook(notebook: Path, cell_timeout: float) -> dict[str, Any]:
     """Run one notebook under nbval in its own pytest process; return its record entry."""
     with tempfile.TemporaryDirectory(prefix="mlinfra-nbrecord-") as tmp:
         junit = Path(tmp) / "junit.xml"
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout:g}",
-                   f"--junitxml={junit}", str(notebook)]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--nbval-lax",
+            "--nbval-current-env",
+            f"--nbval-cell-timeout={cell_timeout:g}",
+            f"--junitxml={junit}",
+            str(notebook),
+        ]
         start = time.perf_counter()
         proc = subprocess.run(command, capture_output=True, text=True, check=False)
         seconds = time.perf_counter() - start
@@ -117,8 +136,9 @@ def run_notebook(notebook: Path, cell_timeout: float) -> dict[str, Any]:
     return entry
 
 
-def record_notebooks(paths: list[Path], cell_timeout: float = 60.0,
-                     progress: bool = True, jobs: int = 1) -> dict[str, Any]:
+def record_notebooks(
+    paths: list[Path], cell_timeout: float = 60.0, progress: bool = True, jobs: int = 1
+) -> dict[str, Any]:
     """Run every notebook of `paths` (files, or folders searched for ``*.ipynb``), `jobs` at
     a time (each in its own pytest process; seconds then include the others' load)."""
     notebooks: list[Path] = []
@@ -134,9 +154,11 @@ def record_notebooks(paths: list[Path], cell_timeout: float = 60.0,
 
     def report(k: int, notebook: Path, entry: dict[str, Any]) -> None:
         state = "passed" if entry["passed"] else f"FAILED ({len(entry['failed_cells'])} cells)"
-        print(f"[{k}/{len(notebooks)}] {notebook}: {state} in {entry['seconds']:.0f} s "
-              f"(slowest: {entry['slowest_cell']}, {entry['slowest_cell_seconds']:.0f} s)",
-              flush=True)
+        print(
+            f"[{k}/{len(notebooks)}] {notebook}: {state} in {entry['seconds']:.0f} s "
+            f"(slowest: {entry['slowest_cell']}, {entry['slowest_cell_seconds']:.0f} s)",
+            flush=True,
+        )
         for cell in entry["failed_cells"]:
             print(f"    {cell['cell']}: {cell['message']}", flush=True)
 
@@ -163,16 +185,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mlinfra_lab.ci.notebook_record",
         description="Execute notebooks under nbval (one pytest process each) and write a "
-        "JSON record: device, versions, date, per notebook pass/fail, seconds, slowest cell.")
+        "JSON record: device, versions, date, per notebook pass/fail, seconds, slowest cell.",
+    )
     parser.add_argument("paths", nargs="+", type=Path, metavar="NOTEBOOK_OR_DIR")
-    parser.add_argument("--out", type=Path, required=True, metavar="FILE.json",
-                        help="where to write the record, e.g. "
-                        "benchmarks/results/h200-notebooks-YYYY-MM-DD.json")
-    parser.add_argument("--cell-timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="a cell running longer fails (default: 60)")
-    parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="notebooks run at once (default: 1; more on a many-core host, and "
-                        "the seconds recorded then include the others' load)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="FILE.json",
+        help="where to write the record, e.g. benchmarks/results/h200-notebooks-YYYY-MM-DD.json",
+    )
+    parser.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a cell running longer fails (default: 60)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="notebooks run at once (default: 1; more on a many-core host, and "
+        "the seconds recorded then include the others' load)",
+    )
     args = parser.parse_args(argv)
     if args.cell_timeout <= 0:
         parser.error("--cell-timeout must be a positive number of seconds")
@@ -184,8 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"record: {args.out} ({sum(e['passed'] for e in record['notebooks'])}/"
-          f"{len(record['notebooks'])} notebooks passed)")
+    print(
+        f"record: {args.out} ({sum(e['passed'] for e in record['notebooks'])}/"
+        f"{len(record['notebooks'])} notebooks passed)"
+    )
     return 0 if record["all_passed"] else 1
 
 

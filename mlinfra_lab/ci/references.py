@@ -81,7 +81,12 @@ def _as_list(value: float | Sequence[float]) -> list[float]:
 
 
 def _write(
-    path: Path, entries: dict[str, Any], name: str, value: Any, atol: float, rtol: float,
+    path: Path,
+    entries: dict[str, Any],
+    name: str,
+    value: Any,
+    atol: float,
+    rtol: float,
     reason: str,
 ) -> None:
     import importlib.metadata as md

@@ -74,12 +74,13 @@ def gpu_present() -> bool:
 def default_memory_limit() -> int | None:
     """`DEFAULT_MEMORY_LIMIT` on a machine without an NVIDIA GPU, no limit on one with it."""
     return None if gpu_present() else DEFAULT_MEMORY_LIMIT
+
+
 DEFAULT_NOTEBOOK_TIMEOUT = 600.0  # seconds (the labs grade in under a minute on 2 cores)
 DEFAULT_OUTPUT_CAP = 1 << 20  # bytes of output kept per cell, the rest dropped
 TRACEBACK_CAP = 64 << 10  # bytes of an error's traceback kept (its last lines matter)
 
-_MEMORY_SIGNS = ("MemoryError", "can't allocate memory", "Cannot allocate memory",
-                 "std::bad_alloc")
+_MEMORY_SIGNS = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "std::bad_alloc")
 
 
 def human_bytes(n: float) -> str:
@@ -96,8 +97,7 @@ def file_too_large(size: int, limit: int | None) -> str | None:
     """Why a file of `size` bytes is not graded, or None when it is within `limit`."""
     if limit is None or size <= limit:
         return None
-    return (f"the file is {size:,} bytes, over the limit of {human_bytes(limit)} "
-            "(--max-size)")
+    return f"the file is {size:,} bytes, over the limit of {human_bytes(limit)} (--max-size)"
 
 
 def too_many_cells(count: int, limit: int | None) -> str | None:
@@ -109,16 +109,17 @@ def too_many_cells(count: int, limit: int | None) -> str | None:
 
 def notebook_timeout_message(limit: float) -> str:
     """The message of every cell not run because its notebook ran out of time."""
-    return (f"not run: the notebook ran past its time limit of {limit:g} s "
-            "(--notebook-timeout)")
+    return f"not run: the notebook ran past its time limit of {limit:g} s (--notebook-timeout)"
 
 
 def memory_message(message: str, limit: int | None) -> str:
     """`message` of a failed cell, plus the memory limit when it ran out of memory."""
     if limit is None or not any(sign in message for sign in _MEMORY_SIGNS):
         return message
-    return (f"{message} [the grading memory limit is {human_bytes(limit)} of address "
-            "space (--memory-limit)]")
+    return (
+        f"{message} [the grading memory limit is {human_bytes(limit)} of address "
+        "space (--memory-limit)]"
+    )
 
 
 def address_space_limiter(limit: int | None) -> Callable[[], None] | None:

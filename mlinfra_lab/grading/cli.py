@@ -132,8 +132,11 @@ def _release(args: argparse.Namespace) -> int:
     from .release import release_dir, release_notebook
 
     src, out = Path(args.src), Path(args.out)
-    written = (release_dir(src, out) if src.is_dir()
-               else [release_notebook(src, out if out.suffix else out / src.name)])
+    written = (
+        release_dir(src, out)
+        if src.is_dir()
+        else [release_notebook(src, out if out.suffix else out / src.name)]
+    )
     for path in written:
         print(f"released {path}")
     return 0
@@ -149,22 +152,32 @@ def _budgets(args: argparse.Namespace, config: ExecutionConfig) -> ExecutionConf
         limit = default_memory_limit()
         args.memory_limit = (limit or 0) / (1 << 30)
         if limit is None:
-            print("warning: an NVIDIA GPU is present, so the kernels get no address-space "
-                  "limit (CUDA reserves more than it uses); limit memory with cgroups or "
-                  "your batch scheduler, or pass --memory-limit GIB", file=sys.stderr)
-    for flag, value in (("--memory-limit", args.memory_limit), ("--max-size", args.max_size),
-                        ("--notebook-timeout", args.notebook_timeout),
-                        ("--max-cells", args.max_cells)):
+            print(
+                "warning: an NVIDIA GPU is present, so the kernels get no address-space "
+                "limit (CUDA reserves more than it uses); limit memory with cgroups or "
+                "your batch scheduler, or pass --memory-limit GIB",
+                file=sys.stderr,
+            )
+    for flag, value in (
+        ("--memory-limit", args.memory_limit),
+        ("--max-size", args.max_size),
+        ("--notebook-timeout", args.notebook_timeout),
+        ("--max-cells", args.max_cells),
+    ):
         if value < 0:
             raise CommandError(f"{flag} must be 0 (no limit) or a positive number")
     if 0 < args.memory_limit < 0.5:
-        raise CommandError("--memory-limit must be at least 0.5 (GiB): a Python kernel "
-                           "alone reserves several hundred MB of address space")
-    return replace(config,
-                   memory_limit=int(args.memory_limit * (1 << 30)) or None,
-                   notebook_timeout=args.notebook_timeout or None,
-                   max_bytes=int(args.max_size * 10**6) or None,
-                   max_cells=args.max_cells or None)
+        raise CommandError(
+            "--memory-limit must be at least 0.5 (GiB): a Python kernel "
+            "alone reserves several hundred MB of address space"
+        )
+    return replace(
+        config,
+        memory_limit=int(args.memory_limit * (1 << 30)) or None,
+        notebook_timeout=args.notebook_timeout or None,
+        max_bytes=int(args.max_size * 10**6) or None,
+        max_cells=args.max_cells or None,
+    )
 
 
 def _verify(args: argparse.Namespace, secret: str) -> int:
@@ -179,9 +192,12 @@ def _verify(args: argparse.Namespace, secret: str) -> int:
         print(f"FAIL: {line}", file=sys.stderr)
     if not result.ok:
         return 1
-    how = ("its HMAC, keyed by the grading secret" if result.keyed else
-           "checksums only, not keyed: graded with the public default secret, so anyone who "
-           "can write the folder could have rewritten the manifest too")
+    how = (
+        "its HMAC, keyed by the grading secret"
+        if result.keyed
+        else "checksums only, not keyed: graded with the public default secret, so anyone who "
+        "can write the folder could have rewritten the manifest too"
+    )
     print(f"ok: {args.verify}: the gradebook files match {MANIFEST_NAME} ({how})")
     return 0
 
@@ -192,15 +208,19 @@ def _merge(args: argparse.Namespace, secret: str) -> int:
     from .merge import merge_gradebooks
 
     if not args.out or args.submissions or args.source:
-        raise CommandError("grade --merge CHUNK_DIR... takes gradebook folders and --out "
-                           "GRADEBOOK_DIR only (no submissions, no --source)")
+        raise CommandError(
+            "grade --merge CHUNK_DIR... takes gradebook folders and --out "
+            "GRADEBOOK_DIR only (no submissions, no --source)"
+        )
     try:
         report = merge_gradebooks(args.merge, secret)
     except GradingError as err:
         raise CommandError(str(err)) from err
     csv_path, _ = write_gradebook(report, args.out, secret)
-    print(f"merged {len(args.merge)} gradebooks: {len(report.results)} graded submissions, "
-          f"{len(report.problems)} not graded -> {csv_path}")
+    print(
+        f"merged {len(args.merge)} gradebooks: {len(report.results)} graded submissions, "
+        f"{len(report.problems)} not graded -> {csv_path}"
+    )
     return 0 if report.ok else 1
 
 
@@ -211,17 +231,22 @@ def _manual(args: argparse.Namespace, secret: str) -> int:
     from .manual_scores import merge_manual_scores
 
     if not args.out or args.submissions or args.source or args.merge:
-        raise CommandError("grade --manual SCORES.csv takes the gradebook folder as --out "
-                           "GRADEBOOK_DIR only (no submissions, no --source, no --merge)")
+        raise CommandError(
+            "grade --manual SCORES.csv takes the gradebook folder as --out "
+            "GRADEBOOK_DIR only (no submissions, no --source, no --merge)"
+        )
     try:
         report, merged = merge_manual_scores(args.out, args.manual, secret)
     except GradingError as err:
         raise CommandError(str(err)) from err
     csv_path, _ = write_gradebook(report, args.out, secret)
-    pending = sum(c.manual and c.message.startswith(PENDING) for r in report.results
-                  for c in r.cells)
-    print(f"merged {merged} hand-graded answers from {args.manual}; {pending} still pending "
-          f"-> {csv_path}")
+    pending = sum(
+        c.manual and c.message.startswith(PENDING) for r in report.results for c in r.cells
+    )
+    print(
+        f"merged {merged} hand-graded answers from {args.manual}; {pending} still pending "
+        f"-> {csv_path}"
+    )
     return 0
 
 
@@ -242,33 +267,45 @@ def _grade(args: argparse.Namespace) -> int:
     if args.merge:
         return _merge(args, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
     if not args.submissions or not args.source or not args.out:
-        raise CommandError("grade needs SUBMISSION..., --source LABS and --out GRADEBOOK_DIR "
-                           "(or --verify GRADEBOOK_DIR)")
-    config = _budgets(args, _execution_config(
-        args, os.environ.get(SECRET_ENV) or DEFAULT_SECRET))
+        raise CommandError(
+            "grade needs SUBMISSION..., --source LABS and --out GRADEBOOK_DIR "
+            "(or --verify GRADEBOOK_DIR)"
+        )
+    config = _budgets(args, _execution_config(args, os.environ.get(SECRET_ENV) or DEFAULT_SECRET))
     report = grade_submissions(args.submissions, args.source, config, progress=True)
     csv_path, json_path = write_gradebook(report, args.out)
     for result in report.results:
         by_hand = sum(c.max_points for c in result.cells if c.manual)
-        print(f"{result.student:20s} {result.lab:24s} {result.points:g} / {result.max_points:g}"
-              + (f" ({by_hand:g} of them for written answers, to grade by hand: manual.csv)"
-                 if by_hand else ""))
+        print(
+            f"{result.student:20s} {result.lab:24s} {result.points:g} / {result.max_points:g}"
+            + (
+                f" ({by_hand:g} of them for written answers, to grade by hand: manual.csv)"
+                if by_hand
+                else ""
+            )
+        )
     for line in report.warnings:
         print(f"warning: {line}", file=sys.stderr)
     if not config.record()["non_default_secret"]:
-        print("warning: graded with the public default secret, so hidden-test inputs are "
-              "those anyone can compute; grade with --secret or $MLINFRA_GRADE_SECRET",
-              file=sys.stderr)
+        print(
+            "warning: graded with the public default secret, so hidden-test inputs are "
+            "those anyone can compute; grade with --secret or $MLINFRA_GRADE_SECRET",
+            file=sys.stderr,
+        )
     for problem in report.problems:
         print(f"not graded: {problem}", file=sys.stderr)
     print(f"gradebook: {csv_path} and {json_path}")
     manifest = csv_path.parent / MANIFEST_NAME
     if config.record()["non_default_secret"]:
-        print(f"manifest: {manifest}, sealed with an HMAC keyed by the grading secret "
-              "(check it with 'mlinfra-lab grade --verify' and the same secret)")
+        print(
+            f"manifest: {manifest}, sealed with an HMAC keyed by the grading secret "
+            "(check it with 'mlinfra-lab grade --verify' and the same secret)"
+        )
     else:
-        print(f"manifest: {manifest}, only checksummed, not keyed (the public default "
-              "secret): it catches accidental edits, not someone who rewrites it too")
+        print(
+            f"manifest: {manifest}, only checksummed, not keyed (the public default "
+            "secret): it catches accidental edits, not someone who rewrites it too"
+        )
     return 0 if report.ok else 1
 
 
@@ -290,66 +327,131 @@ def _validate(args: argparse.Namespace) -> int:
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``release``, ``grade`` and ``validate`` to the ``mlinfra-lab`` command."""
     release = commands.add_parser(
-        "release", help="write student versions of labs (solutions and hidden tests removed)",
+        "release",
+        help="write student versions of labs (solutions and hidden tests removed)",
         description="Write the student version of a lab notebook, or of every *.ipynb of a "
         "folder: solution spans become 'raise NotImplementedError(...)', hidden-test spans "
         "are removed, outputs are cleared, grader cells keep their ids and metadata plus a "
-        "checksum of the source grader, and the notebook records its lab name.")
+        "checksum of the source grader, and the notebook records its lab name.",
+    )
     release.add_argument("src", metavar="SRC", help="a lab notebook or a folder of them")
-    release.add_argument("out", metavar="OUT", help="the folder to write into (or, for one "
-                         "notebook, a .ipynb file name)")
+    release.add_argument(
+        "out",
+        metavar="OUT",
+        help="the folder to write into (or, for one notebook, a .ipynb file name)",
+    )
     release.set_defaults(func=_release)
 
     grade = commands.add_parser(
-        "grade", help="grade submitted lab notebooks, each in a sandbox; write a gradebook",
+        "grade",
+        help="grade submitted lab notebooks, each in a sandbox; write a gradebook",
         description="Grade student notebooks against the instructor source labs.",
-        epilog=GRADE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    grade.add_argument("submissions", metavar="SUBMISSION", nargs="*",
-                       help="submitted notebooks, or folders of them")
-    grade.add_argument("--source", metavar="LABS",
-                       help="the instructor labs: a folder (labs/) or one notebook (required)")
-    grade.add_argument("--out", metavar="GRADEBOOK_DIR",
-                       help="folder for gradebook.csv, gradebook.json and manifest.json "
-                       "(required)")
-    grade.add_argument("--verify", metavar="GRADEBOOK_DIR", default=None,
-                       help="grade nothing: check a gradebook against its manifest (with "
-                       "the secret it was graded with); exit 1 naming any edited file")
-    grade.add_argument("--merge", metavar="CHUNK_DIR", nargs="+", default=None,
-                       help="grade nothing: merge the gradebooks of chunks graded apart "
-                       "(each verified first, with the secret) into --out")
-    grade.add_argument("--manual", metavar="SCORES.csv", default=None,
-                       help="grade nothing: merge the points of hand-graded written answers "
-                       "(manual.csv, filled in) into the gradebook of --out (verified "
-                       "first, with the secret)")
-    grade.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                       help="per-cell time limit; a cell running longer is interrupted "
-                       "and fails (default: 60)")
-    grade.add_argument("--jobs", type=int, default=1, metavar="N",
-                       help="notebooks run side by side (default: 1; more helps only with "
-                       "spare cores)")
-    grade.add_argument("--sandbox", choices=SANDBOX_KINDS, default="auto",
-                       help="where each notebook runs: bwrap (bubblewrap), rlimit (the "
-                       "fallback) or auto (bwrap where it works; default)")
-    grade.add_argument("--secret", default=None, metavar="S",
-                       help="the grading secret hidden tests draw their inputs from "
-                       "(default: $MLINFRA_GRADE_SECRET, else the public default)")
-    grade.add_argument("--memory-limit", type=float, default=None,
-                       metavar="GIB", help="address space of each kernel, in GiB "
-                       f"(default: {DEFAULT_MEMORY_GIB:g}, none where an NVIDIA GPU is "
-                       "present; 0: no limit)")
-    grade.add_argument("--notebook-timeout", type=float, default=DEFAULT_NOTEBOOK_S,
-                       metavar="SECONDS", help="wall time of one notebook, kernel start "
-                       f"included (default: {DEFAULT_NOTEBOOK_S:g}; 0: no limit)")
-    grade.add_argument("--max-size", type=float, default=DEFAULT_MAX_MB, metavar="MB",
-                       help=f"largest submission file graded (default: {DEFAULT_MAX_MB:g}; "
-                       "0: no limit)")
-    grade.add_argument("--max-cells", type=int, default=DEFAULT_MAX_CELLS, metavar="N",
-                       help=f"most cells in a graded notebook (default: {DEFAULT_MAX_CELLS}; "
-                       "0: no limit)")
+        epilog=GRADE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    grade.add_argument(
+        "submissions",
+        metavar="SUBMISSION",
+        nargs="*",
+        help="submitted notebooks, or folders of them",
+    )
+    grade.add_argument(
+        "--source",
+        metavar="LABS",
+        help="the instructor labs: a folder (labs/) or one notebook (required)",
+    )
+    grade.add_argument(
+        "--out",
+        metavar="GRADEBOOK_DIR",
+        help="folder for gradebook.csv, gradebook.json and manifest.json (required)",
+    )
+    grade.add_argument(
+        "--verify",
+        metavar="GRADEBOOK_DIR",
+        default=None,
+        help="grade nothing: check a gradebook against its manifest (with "
+        "the secret it was graded with); exit 1 naming any edited file",
+    )
+    grade.add_argument(
+        "--merge",
+        metavar="CHUNK_DIR",
+        nargs="+",
+        default=None,
+        help="grade nothing: merge the gradebooks of chunks graded apart "
+        "(each verified first, with the secret) into --out",
+    )
+    grade.add_argument(
+        "--manual",
+        metavar="SCORES.csv",
+        default=None,
+        help="grade nothing: merge the points of hand-graded written answers "
+        "(manual.csv, filled in) into the gradebook of --out (verified "
+        "first, with the secret)",
+    )
+    grade.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="per-cell time limit; a cell running longer is interrupted and fails (default: 60)",
+    )
+    grade.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="notebooks run side by side (default: 1; more helps only with spare cores)",
+    )
+    grade.add_argument(
+        "--sandbox",
+        choices=SANDBOX_KINDS,
+        default="auto",
+        help="where each notebook runs: bwrap (bubblewrap), rlimit (the "
+        "fallback) or auto (bwrap where it works; default)",
+    )
+    grade.add_argument(
+        "--secret",
+        default=None,
+        metavar="S",
+        help="the grading secret hidden tests draw their inputs from "
+        "(default: $MLINFRA_GRADE_SECRET, else the public default)",
+    )
+    grade.add_argument(
+        "--memory-limit",
+        type=float,
+        default=None,
+        metavar="GIB",
+        help="address space of each kernel, in GiB "
+        f"(default: {DEFAULT_MEMORY_GIB:g}, none where an NVIDIA GPU is "
+        "present; 0: no limit)",
+    )
+    grade.add_argument(
+        "--notebook-timeout",
+        type=float,
+        default=DEFAULT_NOTEBOOK_S,
+        metavar="SECONDS",
+        help="wall time of one notebook, kernel start "
+        f"included (default: {DEFAULT_NOTEBOOK_S:g}; 0: no limit)",
+    )
+    grade.add_argument(
+        "--max-size",
+        type=float,
+        default=DEFAULT_MAX_MB,
+        metavar="MB",
+        help=f"largest submission file graded (default: {DEFAULT_MAX_MB:g}; 0: no limit)",
+    )
+    grade.add_argument(
+        "--max-cells",
+        type=int,
+        default=DEFAULT_MAX_CELLS,
+        metavar="N",
+        help=f"most cells in a graded notebook (default: {DEFAULT_MAX_CELLS}; 0: no limit)",
+    )
     grade.set_defaults(func=_grade)
 
     validate = commands.add_parser(
-        "validate", help="check every grader passes on the source and fails on the release "
+        "validate",
+        help="check every grader passes on the source and fails on the release "
         "and on every wrong answer",
         description="For every lab with grader cells, run (as grade runs them) the source, its "
         "released version, and one variant per raw cell tagged 'wrong-answer' (the source "
@@ -358,16 +460,31 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "each wrong answer must fail at least one grader of its exercise. Exits 1 naming "
         "the lab, exercise and cell of every grader that fails on the source or cannot "
         "fail, every wrong answer the graders miss, and every exercise without a wrong "
-        "answer. Labs without grader cells only get a warning.")
+        "answer. Labs without grader cells only get a warning.",
+    )
     validate.add_argument("labs", metavar="LABS_DIR", help="a folder of labs, or one lab")
-    validate.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                          help="per-cell time limit (default: 300)")
-    validate.add_argument("--jobs", type=int, default=1, metavar="N",
-                          help="notebooks run side by side (default: 1)")
-    validate.add_argument("--sandbox", choices=SANDBOX_KINDS, default="auto",
-                          help="where each notebook runs (as for grade; default: auto)")
-    validate.add_argument("--secret", default=None, metavar="S",
-                          help="run the hidden tests under this grading secret, to check "
-                          "they pass on the solutions with inputs other than the default's "
-                          "(default: the public default secret)")
+    validate.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="per-cell time limit (default: 300)",
+    )
+    validate.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="notebooks run side by side (default: 1)"
+    )
+    validate.add_argument(
+        "--sandbox",
+        choices=SANDBOX_KINDS,
+        default="auto",
+        help="where each notebook runs (as for grade; default: auto)",
+    )
+    validate.add_argument(
+        "--secret",
+        default=None,
+        metavar="S",
+        help="run the hidden tests under this grading secret, to check "
+        "they pass on the solutions with inputs other than the default's "
+        "(default: the public default secret)",
+    )
     validate.set_defaults(func=_validate)

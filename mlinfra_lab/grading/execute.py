@@ -99,8 +99,12 @@ def run_notebooks(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=sum(_count_code_cells(p) for p in paths), desc=progress, unit="cell",
-                   mininterval=2.0)
+        bar = tqdm(
+            total=sum(_count_code_cells(p) for p in paths),
+            desc=progress,
+            unit="cell",
+            mininterval=2.0,
+        )
 
     def cell_done(path: Path, outcome: CellOutcome) -> None:
         with lock:
@@ -122,16 +126,23 @@ def run_notebooks(
                 return
             try:
                 results[path] = run_notebook(
-                    path, config, sandbox, slot, tmp / f"w{k:04d}",
-                    on_cell=lambda outcome, path=path: cell_done(path, outcome))
+                    path,
+                    config,
+                    sandbox,
+                    slot,
+                    tmp / f"w{k:04d}",
+                    on_cell=lambda outcome, path=path: cell_done(path, outcome),
+                )
             except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
                 failures.append(err)
 
     try:
         with tempfile.TemporaryDirectory(prefix="mlinfra-run-") as tmp:
             os.chmod(tmp, 0o755)  # the sandbox's user must reach its own working folder
-            threads = [threading.Thread(target=worker, args=(slot, Path(tmp)), daemon=True)
-                       for slot in range(max(1, min(config.jobs, len(paths))))]
+            threads = [
+                threading.Thread(target=worker, args=(slot, Path(tmp)), daemon=True)
+                for slot in range(max(1, min(config.jobs, len(paths))))
+            ]
             for thread in threads:
                 thread.start()
             for thread in threads:

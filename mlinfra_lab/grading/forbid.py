@@ -72,8 +72,9 @@ def _innermost(obj: Any) -> types.FunctionType | None:
             obj = obj.func
         elif getattr(obj, "__wrapped__", None) is not None:
             obj = obj.__wrapped__
-        elif not isinstance(obj, types.FunctionType) \
-                and isinstance(getattr(obj, "fn", None), types.FunctionType):
+        elif not isinstance(obj, types.FunctionType) and isinstance(
+            getattr(obj, "fn", None), types.FunctionType
+        ):
             obj = obj.fn  # triton.jit's JITFunction / InterpretedFunction
         else:
             break
@@ -90,29 +91,38 @@ def _member_functions(cls: type, name: str) -> list[tuple[str, types.FunctionTyp
             parts = (member.func,)
         else:
             parts = (member,)
-        found += [(f"{name}.{attr}", fn)
-                  for fn in map(_innermost, (p for p in parts if p is not None)) if fn]
+        found += [
+            (f"{name}.{attr}", fn)
+            for fn in map(_innermost, (p for p in parts if p is not None))
+            if fn
+        ]
     return found
 
 
 def _forbidden_functions(name: str) -> list[tuple[str, types.FunctionType]]:
     """(label for the message, function) pairs that `name` forbids; `MarkerError` if none."""
     if not isinstance(name, str) or not name.startswith(PACKAGE_PREFIX):
-        raise MarkerError(f"forbid entry {name!r} must be the dotted path of a function or "
-                          f"class of the course package, starting with '{PACKAGE_PREFIX}'")
+        raise MarkerError(
+            f"forbid entry {name!r} must be the dotted path of a function or "
+            f"class of the course package, starting with '{PACKAGE_PREFIX}'"
+        )
     try:
         obj = pkgutil.resolve_name(name)
     except (ImportError, AttributeError, ValueError) as err:
-        raise MarkerError(f"forbid entry '{name}' does not resolve ({type(err).__name__}: "
-                          f"{err}); fix the dotted path") from err
+        raise MarkerError(
+            f"forbid entry '{name}' does not resolve ({type(err).__name__}: "
+            f"{err}); fix the dotted path"
+        ) from err
     if isinstance(obj, type):
         functions = _member_functions(obj, name)
     else:
         functions = [(name, fn) for fn in [_innermost(obj)] if fn is not None]
     if not functions:
-        raise MarkerError(f"forbid entry '{name}' is a {type(obj).__name__}, not a Python "
-                          "function or a class with functions of its own; list the function "
-                          "that implements the answer")
+        raise MarkerError(
+            f"forbid entry '{name}' is a {type(obj).__name__}, not a Python "
+            "function or a class with functions of its own; list the function "
+            "that implements the answer"
+        )
     return functions
 
 
@@ -152,22 +162,27 @@ class CallGuard:
 
     def message(self, name: str) -> str:
         """The one line a student reads when their code called `name`."""
-        return (f"exercise {self.exercise}: your code called {name}, the course's own "
-                "implementation; write it yourself")
+        return (
+            f"exercise {self.exercise}: your code called {name}, the course's own "
+            "implementation; write it yourself"
+        )
 
     def __enter__(self) -> CallGuard:
         self._by_id.update(self._forbidden)
         self._previous = (sys.getprofile(), threading.getprofile())
         threading.setprofile(self._hook)
         sys.setprofile(self._hook)
-        if sys.getprofile() is not self._hook \
-                or not isinstance(sys.setprofile, types.BuiltinFunctionType):
+        if sys.getprofile() is not self._hook or not isinstance(
+            sys.setprofile, types.BuiltinFunctionType
+        ):
             self._restore()
             self._by_id.clear()
-            raise CallGuardError(f"exercise {self.exercise}: the grader's call guard cannot "
-                                 "be installed (sys.setprofile or sys.getprofile was "
-                                 "replaced in this notebook); remove that code, restart the "
-                                 "kernel and run again")
+            raise CallGuardError(
+                f"exercise {self.exercise}: the grader's call guard cannot "
+                "be installed (sys.setprofile or sys.getprofile was "
+                "replaced in this notebook); remove that code, restart the "
+                "kernel and run again"
+            )
         return self
 
     def _restore(self) -> None:
@@ -186,10 +201,12 @@ class CallGuard:
                 return False
             raise ForbiddenCallError(self.violations[0]) from None
         if not intact:
-            raise CallGuardError(f"exercise {self.exercise}: the grader's call guard was "
-                                 "removed while the grader ran (sys.setprofile was called); "
-                                 "grading cannot tell whether your code called the course's "
-                                 "implementation, so this grader fails") from None
+            raise CallGuardError(
+                f"exercise {self.exercise}: the grader's call guard was "
+                "removed while the grader ran (sys.setprofile was called); "
+                "grading cannot tell whether your code called the course's "
+                "implementation, so this grader fails"
+            ) from None
         return False
 
 
@@ -217,11 +234,15 @@ def guard_source(source: str, names: Sequence[str], exercise: str) -> str:
     text must not change; a final ``pass`` keeps a body of comments valid.
     """
     inside = _rows_inside_strings(source)
-    body = [line if row in inside or not line.strip() else "    " + line
-            for row, line in enumerate(source.splitlines(), start=1)]
-    return "\n".join([
-        f"from mlinfra_lab.grading.forbid import forbid_calls as {GUARD_NAME}",
-        f"with {GUARD_NAME}({list(names)!r}, exercise={exercise!r}):",
-        *body,
-        "    pass",
-    ])
+    body = [
+        line if row in inside or not line.strip() else "    " + line
+        for row, line in enumerate(source.splitlines(), start=1)
+    ]
+    return "\n".join(
+        [
+            f"from mlinfra_lab.grading.forbid import forbid_calls as {GUARD_NAME}",
+            f"with {GUARD_NAME}({list(names)!r}, exercise={exercise!r}):",
+            *body,
+            "    pass",
+        ]
+    )

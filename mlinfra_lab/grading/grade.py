@@ -44,8 +44,14 @@ from .restore import RestoreNote, restore_graders
 from .sandbox import Sandbox, make_sandbox
 from .submissions import SourceLab, SubmissionProblem, find_submissions, load_source_labs
 
-__all__ = ["CellResult", "GradeConfig", "GradeReport", "GradeResult", "grade_submissions",
-           "pending_result"]
+__all__ = [
+    "CellResult",
+    "GradeConfig",
+    "GradeReport",
+    "GradeResult",
+    "grade_submissions",
+    "pending_result",
+]
 
 GradeConfig = ExecutionConfig  # the grading knobs are the execution knobs (per-cell timeout)
 
@@ -114,12 +120,14 @@ class GradeReport:
     def as_dict(self) -> dict:
         return {
             "config": self.config.record() | {"sandbox_used": self.sandbox},
-            "results": [asdict(r) | {"points": r.points, "max": r.max_points}
-                        for r in self.results],
+            "results": [
+                asdict(r) | {"points": r.points, "max": r.max_points} for r in self.results
+            ],
             "problems": [asdict(p) for p in self.problems],
             "warnings": list(self.warnings),
-            "sources": [{"lab": lab, "path": path, "sha256": digest}
-                        for lab, path, digest in self.sources],
+            "sources": [
+                {"lab": lab, "path": path, "sha256": digest} for lab, path, digest in self.sources
+            ],
         }
 
 
@@ -133,32 +141,35 @@ def _notes_per_grader(lab: SourceLab, notes: dict[str, RestoreNote]) -> dict[str
     return {cell_id: "; ".join(m for m in msgs if m) for cell_id, msgs in messages.items()}
 
 
-def _score(outcome: CellOutcome | None, points: float, note: str,
-           memory_limit: int | None) -> tuple[float, bool, str]:
+def _score(
+    outcome: CellOutcome | None, points: float, note: str, memory_limit: int | None
+) -> tuple[float, bool, str]:
     if outcome is None:
         message = "not run: the notebook stopped before this grader cell"
     elif outcome.passed:
         return points, True, note
     else:
-        message = memory_message(outcome.message or f"grader cell {outcome.outcome}",
-                                 memory_limit)
+        message = memory_message(outcome.message or f"grader cell {outcome.outcome}", memory_limit)
     return 0.0, False, f"{message}; {note}" if note else message
 
 
 def pending_result(cell: ManualCell, answer: str) -> CellResult:
     """The gradebook entry of a written answer before the instructor has scored it."""
     message = PENDING if answer else f"{PENDING} (no answer: the cell is empty or missing)"
-    return CellResult(cell.cell_id, cell.exercise, 0.0, cell.points, False, message,
-                      manual=True, answer=answer)
+    return CellResult(
+        cell.cell_id, cell.exercise, 0.0, cell.points, False, message, manual=True, answer=answer
+    )
 
 
 def sandbox_warnings(sandbox: Sandbox) -> list[str]:
     """What a report says about a sandbox weaker than bubblewrap."""
     if sandbox.kind == "bwrap":
         return []
-    lines = [f"kernels ran in the '{sandbox.kind}' fallback sandbox: it hides neither the file "
-             "system nor, without root, the grader's processes (install bubblewrap: "
-             "apt-get install bubblewrap)"]
+    lines = [
+        f"kernels ran in the '{sandbox.kind}' fallback sandbox: it hides neither the file "
+        "system nor, without root, the grader's processes (install bubblewrap: "
+        "apt-get install bubblewrap)"
+    ]
     return lines + ([sandbox.warning] if sandbox.warning else [])
 
 
@@ -178,8 +189,11 @@ def grade_submissions(
     labs = load_source_labs(source)
     found, problems = find_submissions(submissions, labs, config.max_bytes, config.max_cells)
     warnings = sandbox_warnings(sandbox)
-    warnings += [f"{s.path}: lab '{s.lab}' has no grader cells; scored 0 of 0"
-                 for s in found if not labs[s.lab].graders]
+    warnings += [
+        f"{s.path}: lab '{s.lab}' has no grader cells; scored 0 of 0"
+        for s in found
+        if not labs[s.lab].graders
+    ]
     warnings += [f"{s.path}: {note}" for s in found for note in s.notes]
     with tempfile.TemporaryDirectory(prefix="mlinfra-grade-") as tmp:
         prepared, notes, graded = [], [], []
@@ -191,29 +205,50 @@ def grade_submissions(
                 nbformat.write(nb, str(path))
             # a malformed cell in a student's file must not stop the batch: report it
             except Exception as err:  # noqa: BLE001
-                problems.append(SubmissionProblem(
-                    str(sub.path), "cannot prepare the notebook for grading (a malformed "
-                    f"cell: {type(err).__name__})", sub.student, sub.lab, sub.sha256))
+                problems.append(
+                    SubmissionProblem(
+                        str(sub.path),
+                        "cannot prepare the notebook for grading (a malformed "
+                        f"cell: {type(err).__name__})",
+                        sub.student,
+                        sub.lab,
+                        sub.sha256,
+                    )
+                )
                 continue
             prepared.append(path.resolve())
             notes.append(note)
             graded.append(sub)
-        outcomes = run_notebooks(prepared, config, sandbox=sandbox, progress=(
-            f"grading {len(prepared)} notebooks" if progress and prepared else None))
+        outcomes = run_notebooks(
+            prepared,
+            config,
+            sandbox=sandbox,
+            progress=(f"grading {len(prepared)} notebooks" if progress and prepared else None),
+        )
     results = []
     for sub, path, note in zip(graded, prepared, notes, strict=True):
         ran = outcomes.get(path, {})
         cells = []
         messages = _notes_per_grader(labs[sub.lab], note)
         for g in labs[sub.lab].graders:
-            points, passed, message = _score(ran.get(g.cell_id), g.points, messages[g.cell_id],
-                                             config.memory_limit)
+            points, passed, message = _score(
+                ran.get(g.cell_id), g.points, messages[g.cell_id], config.memory_limit
+            )
             cells.append(CellResult(g.cell_id, g.exercise, points, g.points, passed, message))
         cells += [pending_result(m, answer_of(sub.notebook, m)) for m in labs[sub.lab].manual]
         budget_notes = [o.message for o in ran.values() if o.outcome == "note"]
         warnings += [f"{sub.path}: {note}" for note in budget_notes]
-        results.append(GradeResult(sub.student, sub.lab, str(sub.path), tuple(cells),
-                                   sub.sha256, (*sub.notes, *budget_notes)))
+        results.append(
+            GradeResult(
+                sub.student,
+                sub.lab,
+                str(sub.path),
+                tuple(cells),
+                sub.sha256,
+                (*sub.notes, *budget_notes),
+            )
+        )
     sources = tuple((lab.name, str(lab.path), lab.sha256) for lab in labs.values())
-    return GradeReport(tuple(results), tuple(problems), tuple(warnings), config, sources,
-                       sandbox.kind)
+    return GradeReport(
+        tuple(results), tuple(problems), tuple(warnings), config, sources, sandbox.kind
+    )

@@ -63,13 +63,19 @@ def gradebook_rows(report: GradeReport) -> list[dict]:
     per identified student and lab that was not graded (empty points)."""
     rows = []
     for result in report.results:
-        for k, (exercise, (points, max_points, message)) in enumerate(
-                result.exercises().items()):
+        for k, (exercise, (points, max_points, message)) in enumerate(result.exercises().items()):
             if k == 0 and result.notes:
                 message = " | ".join(filter(None, (message, *result.notes)))
-            rows.append({"student": result.student, "lab": result.lab, "exercise": exercise,
-                         "points": _number(points), "max": _number(max_points),
-                         "message": message})
+            rows.append(
+                {
+                    "student": result.student,
+                    "lab": result.lab,
+                    "exercise": exercise,
+                    "points": _number(points),
+                    "max": _number(max_points),
+                    "message": message,
+                }
+            )
     graded = {(r.student, r.lab) for r in report.results}
     missing: dict[tuple[str, str], list[str]] = {}
     for problem in report.problems:
@@ -77,8 +83,16 @@ def gradebook_rows(report: GradeReport) -> list[dict]:
         if problem.student and problem.lab and key not in graded:
             missing.setdefault(key, []).append(f"not graded: {problem}")
     for (student, lab), messages in missing.items():
-        rows.append({"student": student, "lab": lab, "exercise": "", "points": "", "max": "",
-                     "message": " | ".join(messages)})
+        rows.append(
+            {
+                "student": student,
+                "lab": lab,
+                "exercise": "",
+                "points": "",
+                "max": "",
+                "message": " | ".join(messages),
+            }
+        )
     return rows
 
 
@@ -90,8 +104,9 @@ def _csv(columns: tuple[str, ...], rows: list[dict]) -> bytes:
     return text.getvalue().encode("utf-8")
 
 
-def write_gradebook(report: GradeReport, out_dir: Path | str,
-                    secret: str | None = None) -> tuple[Path, Path]:
+def write_gradebook(
+    report: GradeReport, out_dir: Path | str, secret: str | None = None
+) -> tuple[Path, Path]:
     """Write ``gradebook.csv``, ``gradebook.json`` and ``manifest.json`` into `out_dir`,
     each atomically, the manifest sealed with `secret` (default: the secret the report was
     graded with); return the paths of the CSV and the JSON."""
@@ -106,8 +121,10 @@ def write_gradebook(report: GradeReport, out_dir: Path | str,
     }
     if secret is None:
         secret = dict(report.config.env).get(SECRET_ENV) or current_secret()
-    files = {"gradebook.csv": _csv(COLUMNS, rows),
-             "gradebook.json": (json.dumps(payload, indent=2) + "\n").encode("utf-8")}
+    files = {
+        "gradebook.csv": _csv(COLUMNS, rows),
+        "gradebook.json": (json.dumps(payload, indent=2) + "\n").encode("utf-8"),
+    }
     sheet = manual_sheet_rows(report)
     if sheet:  # the written answers, for the instructor to score (``grade --manual``)
         files["manual.csv"] = _csv(SHEET_COLUMNS, sheet)

@@ -39,10 +39,24 @@ __all__ = ["TOKEN", "reset", "snapshot"]
 
 TOKEN = "mlinfra-kernel-reset-ok"
 _MODULES = ("math", "numpy", "numpy.linalg", "numpy.testing")
-_SHELL_METHODS = ("showtraceback", "_showtraceback", "showsyntaxerror", "showindentationerror",
-                  "set_custom_exc", "run_cell", "run_cell_async", "_run_cell", "run_ast_nodes",
-                  "run_code", "transform_cell", "transform_ast", "ev", "user_expressions",
-                  "should_run_async", "get_exception_only")
+_SHELL_METHODS = (
+    "showtraceback",
+    "_showtraceback",
+    "showsyntaxerror",
+    "showindentationerror",
+    "set_custom_exc",
+    "run_cell",
+    "run_cell_async",
+    "_run_cell",
+    "run_ast_nodes",
+    "run_code",
+    "transform_cell",
+    "transform_ast",
+    "ev",
+    "user_expressions",
+    "should_run_async",
+    "get_exception_only",
+)
 _saved: dict[str, Any] = {}
 
 
@@ -58,12 +72,19 @@ def snapshot() -> str:
 
     ip = _shell()
     classes = [c for c in type(ip).__mro__ if c is not object]
-    _saved["methods"] = [(cls, name, cls.__dict__[name]) for cls in classes
-                         for name in _SHELL_METHODS if name in cls.__dict__]
+    _saved["methods"] = [
+        (cls, name, cls.__dict__[name])
+        for cls in classes
+        for name in _SHELL_METHODS
+        if name in cls.__dict__
+    ]
     kernel = getattr(ip, "kernel", None)
     if kernel is not None:
-        _saved["kernel"] = [(cls, "do_execute", cls.__dict__["do_execute"])
-                            for cls in type(kernel).__mro__ if "do_execute" in cls.__dict__]
+        _saved["kernel"] = [
+            (cls, "do_execute", cls.__dict__["do_execute"])
+            for cls in type(kernel).__mro__
+            if "do_execute" in cls.__dict__
+        ]
     _saved["builtins"] = dict(vars(builtins))
     _saved["modules"] = {}
     for name in _MODULES:
@@ -71,8 +92,10 @@ def snapshot() -> str:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        _saved["modules"][name] = (module, {k: v for k, v in vars(module).items()
-                                            if not k.startswith("_") and callable(v)})
+        _saved["modules"][name] = (
+            module,
+            {k: v for k, v in vars(module).items() if not k.startswith("_") and callable(v)},
+        )
     _saved["events"] = {k: list(v) for k, v in ip.events.callbacks.items()}
     _saved["excepthook"] = sys.excepthook
     return TOKEN

@@ -62,9 +62,21 @@ MAX_MESSAGE_BYTES = 16 << 20  # larger messages from the kernel are refused by t
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning|Quit|Group)\b")
 MAX_MESSAGE = 500
-_PASS_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONHASHSEED", "OMP_NUM_THREADS",
-             "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET",
-             "MLINFRA_ATTENTION_AUTOTUNE", "MLINFRA_SIZES", "MPLBACKEND")
+_PASS_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "PYTHONHASHSEED",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "TRITON_INTERPRET",
+    "MLINFRA_ATTENTION_AUTOTUNE",
+    "MLINFRA_SIZES",
+    "MPLBACKEND",
+)
 _RESET = "__import__('mlinfra_lab.grading.kernel_reset', fromlist=['reset']).{}()"
 
 
@@ -72,23 +84,32 @@ def kernel_env(workdir: Path, extra: tuple[tuple[str, str], ...]) -> dict[str, s
     """The kernel's whole environment (see the module docstring)."""
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update({
-        "HOME": str(workdir), "IPYTHONDIR": str(workdir / ".ipython"),
-        "MPLCONFIGDIR": str(workdir / ".matplotlib"), "PYTHONNOUSERSITE": "1",
-        "PYTHONPATH": os.pathsep.join([str(package_root()), *extra_import_paths()]),
-        "PYDEVD_DISABLE_FILE_VALIDATION": "1", "JUPYTER_PLATFORM_DIRS": "1",
-    })
+    env.update(
+        {
+            "HOME": str(workdir),
+            "IPYTHONDIR": str(workdir / ".ipython"),
+            "MPLCONFIGDIR": str(workdir / ".matplotlib"),
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONPATH": os.pathsep.join([str(package_root()), *extra_import_paths()]),
+            "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+            "JUPYTER_PLATFORM_DIRS": "1",
+        }
+    )
     env.update(dict(extra))
     return env
 
 
 def error_message(content: dict[str, Any]) -> str:
     """The last exception line(s) of an error reply or broadcast: what a student needs."""
-    lines = [ln.rstrip() for ln in _ANSI.sub("", "\n".join(content.get("traceback") or []))
-             .splitlines() if ln.strip()]
+    lines = [
+        ln.rstrip()
+        for ln in _ANSI.sub("", "\n".join(content.get("traceback") or [])).splitlines()
+        if ln.strip()
+    ]
     if lines:
-        start = max((i for i, ln in enumerate(lines) if _EXC_LINE.match(ln)),
-                    default=len(lines) - 1)
+        start = max(
+            (i for i, ln in enumerate(lines) if _EXC_LINE.match(ln)), default=len(lines) - 1
+        )
         return "\n".join(lines[start:])[:MAX_MESSAGE]
     ename, evalue = content.get("ename") or "an exception", content.get("evalue") or ""
     return f"{ename}: {evalue}"[:MAX_MESSAGE] if evalue else f"the cell raised {ename}"
@@ -104,17 +125,25 @@ class _Kernel:
 
         self.sandbox, self.slot = sandbox, slot
         conn = workdir / "kernel.json"
-        write_connection_file(str(conn), transport="ipc", ip=str(workdir / "k"),
-                              key=secrets.token_hex(32).encode())
+        write_connection_file(
+            str(conn), transport="ipc", ip=str(workdir / "k"), key=secrets.token_hex(32).encode()
+        )
         uid = sandbox.uid(slot)
         if uid is not None:
             os.chown(conn, uid, uid)
         self.log_path = workdir.parent / f"{workdir.name}.log"  # outside the sandbox
-        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", str(conn),
-                "--HistoryManager.enabled=False"]
+        argv = [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            str(conn),
+            "--HistoryManager.enabled=False",
+        ]
         with open(self.log_path, "wb") as log:
-            self.proc = sandbox.popen(argv, workdir, kernel_env(workdir, config.env), log,
-                                      config.memory_limit, slot)
+            self.proc = sandbox.popen(
+                argv, workdir, kernel_env(workdir, config.env), log, config.memory_limit, slot
+            )
         self.context = zmq.Context()
         self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         self.client = BlockingKernelClient(connection_file=str(conn), context=self.context)
@@ -123,9 +152,10 @@ class _Kernel:
     def start(self, timeout: float) -> str | None:
         """Wait for the kernel; None when ready, else why it is not."""
         deadline = time.monotonic() + timeout
-        while not all(os.path.exists(f"{self.client.ip}-{p}") for p in
-                      (self.client.shell_port, self.client.iopub_port,
-                       self.client.control_port)):
+        while not all(
+            os.path.exists(f"{self.client.ip}-{p}")
+            for p in (self.client.shell_port, self.client.iopub_port, self.client.control_port)
+        ):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 return self._why_not_started()
             time.sleep(0.05)
@@ -138,7 +168,7 @@ class _Kernel:
 
     def _why_not_started(self) -> str:
         tail = log_tail(self.log_path, 1500).strip().splitlines()[-6:]
-        state = ("exited" if self.proc.poll() is not None else "did not answer in time")
+        state = "exited" if self.proc.poll() is not None else "did not answer in time"
         return f"the grading kernel {state}: " + " / ".join(tail)
 
     @property
@@ -184,14 +214,24 @@ def _output_size(msg: dict[str, Any]) -> int:
     return sum(len(v) if isinstance(v, str) else len(repr(v)) for v in data.values())
 
 
-def _execute(kernel: _Kernel, code: str, timeout: float, store_history: bool = True,
-             user_expressions: dict[str, str] | None = None) -> tuple[_Reply, str]:
+def _execute(
+    kernel: _Kernel,
+    code: str,
+    timeout: float,
+    store_history: bool = True,
+    user_expressions: dict[str, str] | None = None,
+) -> tuple[_Reply, str]:
     """Send `code`; gather its reply and broadcasts. Returns (reply, state) where state is
     ``"done"``, ``"interrupted"`` (ran past `timeout`, then stopped) or ``"dead"``."""
     kc = kernel.client
-    msg_id = kc.execute(code, silent=False, store_history=store_history,
-                        user_expressions=user_expressions or {}, allow_stdin=False,
-                        stop_on_error=False)
+    msg_id = kc.execute(
+        code,
+        silent=False,
+        store_history=store_history,
+        user_expressions=user_expressions or {},
+        allow_stdin=False,
+        stop_on_error=False,
+    )
     got, state = _Reply(), "done"
     deadline = time.monotonic() + timeout
     replied_at = 0.0
@@ -232,8 +272,14 @@ def _expression_ok(reply: _Reply, name: str) -> bool:
     return result.get("status") == "ok" and TOKEN in str(result.get("data", {}).get("text/plain"))
 
 
-def run_notebook(path: Path, config: Any, sandbox: Sandbox, slot: int, workdir: Path,
-                 on_cell: Callable[[CellOutcome], None] | None = None) -> dict[str, CellOutcome]:
+def run_notebook(
+    path: Path,
+    config: Any,
+    sandbox: Sandbox,
+    slot: int,
+    workdir: Path,
+    on_cell: Callable[[CellOutcome], None] | None = None,
+) -> dict[str, CellOutcome]:
     """Run the code cells of notebook `path` in `sandbox` (see the module docstring)."""
     import nbformat
 
@@ -252,14 +298,21 @@ def run_notebook(path: Path, config: Any, sandbox: Sandbox, slot: int, workdir: 
     try:
         problem = kernel.start(config.startup_timeout)
         if problem is None:
-            ready, _ = _execute(kernel, "", config.startup_timeout, store_history=False,
-                                user_expressions={"r": _RESET.format("snapshot")})
+            ready, _ = _execute(
+                kernel,
+                "",
+                config.startup_timeout,
+                store_history=False,
+                user_expressions={"r": _RESET.format("snapshot")},
+            )
             if not _expression_ok(ready, "r"):
                 problem = "the grading kernel could not be prepared (kernel_reset.snapshot)"
         if problem is not None:
             if "No module named ipykernel" in problem:
-                raise ExecutionError(f"cannot start a grading kernel here: {problem}; "
-                                     "install ipykernel in this environment")
+                raise ExecutionError(
+                    f"cannot start a grading kernel here: {problem}; "
+                    "install ipykernel in this environment"
+                )
             for num, cell in enumerate(cells):
                 record(CellOutcome(cell.get("id"), num, "failed", f"not run: {problem}"))
             return results
@@ -268,46 +321,82 @@ def run_notebook(path: Path, config: Any, sandbox: Sandbox, slot: int, workdir: 
             cell_id = cell.get("id")
             if config.notebook_timeout and time.monotonic() - started > config.notebook_timeout:
                 for later in range(num, len(cells)):
-                    record(CellOutcome(cells[later].get("id"), later, "failed",
-                                       notebook_timeout_message(config.notebook_timeout)))
+                    record(
+                        CellOutcome(
+                            cells[later].get("id"),
+                            later,
+                            "failed",
+                            notebook_timeout_message(config.notebook_timeout),
+                        )
+                    )
                 break
             trusted = is_grader(cell) or is_readonly(cell)
             if trusted:
-                reset, state = _execute(kernel, "", config.cell_timeout, store_history=False,
-                                        user_expressions={"r": _RESET.format("reset")})
+                reset, state = _execute(
+                    kernel,
+                    "",
+                    config.cell_timeout,
+                    store_history=False,
+                    user_expressions={"r": _RESET.format("reset")},
+                )
                 if state == "dead":
                     break
                 if not _expression_ok(reset, "r"):
-                    record(CellOutcome(cell_id, num, "failed",
-                                       "not run: grading could not restore the kernel before "
-                                       "this cell (the notebook changed IPython's machinery)"))
+                    record(
+                        CellOutcome(
+                            cell_id,
+                            num,
+                            "failed",
+                            "not run: grading could not restore the kernel before "
+                            "this cell (the notebook changed IPython's machinery)",
+                        )
+                    )
                     continue
-            got, state = _execute(kernel, cell.source, config.cell_timeout,
-                                  store_history=not trusted)
+            got, state = _execute(
+                kernel, cell.source, config.cell_timeout, store_history=not trusted
+            )
             if config.output_cap and got.printed > config.output_cap:
-                record(CellOutcome(cell_id, num, "note",
-                                   f"output truncated: code cell {num} printed more than "
-                                   f"{human_bytes(config.output_cap)}; grading dropped the "
-                                   f"rest ({human_bytes(got.printed - config.output_cap)})"))
+                record(
+                    CellOutcome(
+                        cell_id,
+                        num,
+                        "note",
+                        f"output truncated: code cell {num} printed more than "
+                        f"{human_bytes(config.output_cap)}; grading dropped the "
+                        f"rest ({human_bytes(got.printed - config.output_cap)})",
+                    )
+                )
             if state == "dead":
                 if got.reply is None:
-                    why = ("the kernel died while this cell ran (it crashed, was killed or "
-                           "ran out of memory)" if not kernel.alive else
-                           f"Timeout of {config.cell_timeout:g} seconds exceeded, and the "
-                           "cell did not stop when interrupted: the kernel was stopped")
+                    why = (
+                        "the kernel died while this cell ran (it crashed, was killed or "
+                        "ran out of memory)"
+                        if not kernel.alive
+                        else f"Timeout of {config.cell_timeout:g} seconds exceeded, and the "
+                        "cell did not stop when interrupted: the kernel was stopped"
+                    )
                     record(CellOutcome(cell_id, num, "failed", why))
                 break
             status = (got.reply or {}).get("status")
             if state == "interrupted":
-                record(CellOutcome(cell_id, num, "failed",
-                                   f"Timeout of {config.cell_timeout:g} seconds exceeded: "
-                                   "the cell was interrupted"))
+                record(
+                    CellOutcome(
+                        cell_id,
+                        num,
+                        "failed",
+                        f"Timeout of {config.cell_timeout:g} seconds exceeded: "
+                        "the cell was interrupted",
+                    )
+                )
             elif status == "ok" and got.error is None:
                 record(CellOutcome(cell_id, num, "passed", ""))
             else:
                 detail = got.error or (got.reply if status == "error" else None)
-                message = (error_message(detail) if detail else
-                           f"the kernel replied {status!r} instead of 'ok'")
+                message = (
+                    error_message(detail)
+                    if detail
+                    else f"the kernel replied {status!r} instead of 'ok'"
+                )
                 record(CellOutcome(cell_id, num, "failed", message))
     finally:
         kernel.stop()

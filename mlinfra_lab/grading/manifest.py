@@ -81,8 +81,9 @@ def _sha256(data: bytes) -> str:
 def _file_sha256(path: Path) -> str | None:
     """SHA-256 of regular file `path` (a link is not followed), or None if there is none."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(
+            path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        )
     except OSError:
         return None
     digest = hashlib.sha256()
@@ -132,23 +133,41 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def _body(files: dict[str, bytes], report: GradeReport, secret: str) -> dict:
-    graded = [{"path": os.path.abspath(r.submission), "student": r.student, "lab": r.lab,
-               "sha256": r.sha256, "graded": True} for r in report.results]
-    refused = [{"path": os.path.abspath(p.path), "student": p.student, "lab": p.lab,
-                "sha256": p.sha256, "graded": False} for p in report.problems if p.sha256]
+    graded = [
+        {
+            "path": os.path.abspath(r.submission),
+            "student": r.student,
+            "lab": r.lab,
+            "sha256": r.sha256,
+            "graded": True,
+        }
+        for r in report.results
+    ]
+    refused = [
+        {
+            "path": os.path.abspath(p.path),
+            "student": p.student,
+            "lab": p.lab,
+            "sha256": p.sha256,
+            "graded": False,
+        }
+        for p in report.problems
+        if p.sha256
+    ]
     return {
         "format": 1,
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "keyed": secret != DEFAULT_SECRET,
         "gradebook": {name: _sha256(data) for name, data in files.items()},
         "submissions": graded + refused,
-        "source_labs": [{"lab": lab, "path": os.path.abspath(path), "sha256": digest}
-                        for lab, path, digest in report.sources],
+        "source_labs": [
+            {"lab": lab, "path": os.path.abspath(path), "sha256": digest}
+            for lab, path, digest in report.sources
+        ],
     }
 
 
-def write_files(out_dir: Path, files: dict[str, bytes], report: GradeReport,
-                secret: str) -> Path:
+def write_files(out_dir: Path, files: dict[str, bytes], report: GradeReport, secret: str) -> Path:
     """Write `files` into `out_dir` atomically, then their sealed manifest; its path."""
     body = _body(files, report, secret)
     for name, data in files.items():
@@ -172,8 +191,9 @@ def _changed(entries: list, kind: str) -> list[str]:
     return notes
 
 
-def verify_gradebook(out_dir: Path | str, secret: str,
-                     filled_in: frozenset[str] = frozenset()) -> Verification:
+def verify_gradebook(
+    out_dir: Path | str, secret: str, filled_in: frozenset[str] = frozenset()
+) -> Verification:
     """Check the gradebook in `out_dir` against its manifest (see the module docstring);
     raises `ManifestError` if the manifest is keyed and `secret` is the public default.
     Files named in `filled_in` may differ from the manifest (``manual.csv`` when the
@@ -183,8 +203,9 @@ def verify_gradebook(out_dir: Path | str, secret: str,
     path = out / MANIFEST_NAME
     text = _read_text(path)
     if text is None:
-        result.problems.append(f"{path}: no manifest (a missing or non-regular file), so "
-                               "nothing can be checked")
+        result.problems.append(
+            f"{path}: no manifest (a missing or non-regular file), so nothing can be checked"
+        )
         return result
     try:
         manifest = json.loads(text)
@@ -198,27 +219,34 @@ def verify_gradebook(out_dir: Path | str, secret: str,
         return result
     result.keyed = body.get("keyed") is True
     if result.keyed and secret == DEFAULT_SECRET:
-        raise ManifestError(f"{path} is sealed with the grading secret: give it (--secret S "
-                            "or $MLINFRA_GRADE_SECRET) to verify this gradebook")
+        raise ManifestError(
+            f"{path} is sealed with the grading secret: give it (--secret S "
+            "or $MLINFRA_GRADE_SECRET) to verify this gradebook"
+        )
     if not result.keyed and secret != DEFAULT_SECRET:
-        result.problems.append(f"{path}: only checksummed, not keyed, although you gave a "
-                               "secret: it was graded with the public default secret, or "
-                               "the manifest was rewritten")
+        result.problems.append(
+            f"{path}: only checksummed, not keyed, although you gave a "
+            "secret: it was graded with the public default secret, or "
+            "the manifest was rewritten"
+        )
     elif not hmac.compare_digest(str(seal), _seal(body, secret)):
-        result.problems.append(f"{path}: does not match its seal: edited after grading"
-                               + (", or the secret is not the one it was graded with"
-                                  if result.keyed else ""))
+        result.problems.append(
+            f"{path}: does not match its seal: edited after grading"
+            + (", or the secret is not the one it was graded with" if result.keyed else "")
+        )
     for name, digest in files.items():
         if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
-            result.problems.append(f"{path}: names a file outside the gradebook folder "
-                                   "(it was edited)")
+            result.problems.append(
+                f"{path}: names a file outside the gradebook folder (it was edited)"
+            )
             continue
         now = _file_sha256(out / name)
         if now is None:
             result.problems.append(f"{out / name}: missing (or not a regular file)")
         elif now != digest and name not in filled_in:
-            result.problems.append(f"{out / name}: edited after grading (its SHA-256 is not "
-                                   "the manifest's)")
+            result.problems.append(
+                f"{out / name}: edited after grading (its SHA-256 is not the manifest's)"
+            )
     result.notes += _changed(body.get("submissions", []), "submission")
     result.notes += _changed(body.get("source_labs", []), "source lab")
     return result
@@ -226,8 +254,9 @@ def verify_gradebook(out_dir: Path | str, secret: str,
 
 def _read_text(path: Path) -> str | None:
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(
+            path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        )
     except OSError:
         return None
     try:

@@ -67,14 +67,16 @@ def manual_cells(nb: Any, lab: str = "lab") -> list[ManualCell]:
         cell_id = cell.get("id")
         where = f"{lab}: manual cell {cell_id or f'#{index}'}"
         if cell.get("cell_type") != "markdown":
-            raise MarkerError(f"{where} is a {cell.get('cell_type')} cell; written answers "
-                              "are markdown cells (nothing in them is run)")
+            raise MarkerError(
+                f"{where} is a {cell.get('cell_type')} cell; written answers "
+                "are markdown cells (nothing in them is run)"
+            )
         require_unique_id(cell_id, where, seen, " so answers can be found by id")
-        points, exercise = points_and_exercise(cell.get("metadata", {}), where,
-                                               zero_allowed=False)
+        points, exercise = points_and_exercise(cell.get("metadata", {}), where, zero_allowed=False)
         if any(has_tag(cell, t) for t in ("grader", "readonly")):
-            raise MarkerError(f"{where} is also tagged grader or readonly; a written answer "
-                              "is only 'manual'")
+            raise MarkerError(
+                f"{where} is also tagged grader or readonly; a written answer is only 'manual'"
+            )
         found.append(ManualCell(cell_id, exercise, points, index, cell.get("source", "")))
     return found
 

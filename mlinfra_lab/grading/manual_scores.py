@@ -49,12 +49,17 @@ def manual_sheet_rows(report: GradeReport) -> list[dict[str, Any]]:
     for result in report.results:
         for c in result.cells:
             if c.manual:
-                rows.append({"student": result.student, "lab": result.lab,
-                             "exercise": c.exercise, "cell_id": c.cell_id,
-                             "max": _number(c.max_points),
-                             "points": "" if c.message.startswith(PENDING) else
-                             _number(c.points),
-                             "answer": c.answer})
+                rows.append(
+                    {
+                        "student": result.student,
+                        "lab": result.lab,
+                        "exercise": c.exercise,
+                        "cell_id": c.cell_id,
+                        "max": _number(c.max_points),
+                        "points": "" if c.message.startswith(PENDING) else _number(c.points),
+                        "answer": c.answer,
+                    }
+                )
     return rows
 
 
@@ -76,33 +81,35 @@ def _read_sheet(path: Path) -> list[tuple[int, dict[str, str]]]:
                 raise ManualScoreError(
                     f"{path}: needs the columns student, lab, cell_id (or exercise) and "
                     f"points, as in the manual.csv that grading wrote; found "
-                    f"{sorted(columns) or 'none'}")
+                    f"{sorted(columns) or 'none'}"
+                )
             return [(n, row) for n, row in enumerate(reader, start=2)]
     except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise ManualScoreError(f"{path}: cannot read the scores sheet ({err}); give the "
-                               "manual.csv that grading wrote, with the points filled in") \
-            from None
+        raise ManualScoreError(
+            f"{path}: cannot read the scores sheet ({err}); give the "
+            "manual.csv that grading wrote, with the points filled in"
+        ) from None
 
 
-def merge_manual_scores(gradebook_dir: Path | str, scores_csv: Path | str,
-                        secret: str) -> tuple[GradeReport, int]:
+def merge_manual_scores(
+    gradebook_dir: Path | str, scores_csv: Path | str, secret: str
+) -> tuple[GradeReport, int]:
     """The verified gradebook in `gradebook_dir` with the points of `scores_csv` merged in,
     and how many answers were scored (see the module docstring)."""
     folder, sheet = Path(gradebook_dir), Path(scores_csv)
     in_place = sheet.resolve() == (folder / "manual.csv").resolve()  # filled in where it lay
-    check = verify_gradebook(folder, secret, frozenset({"manual.csv"}) if in_place else
-                             frozenset())
+    check = verify_gradebook(folder, secret, frozenset({"manual.csv"}) if in_place else frozenset())
     if not check.ok:
-        raise ManualScoreError(f"{folder}: not merged, it fails verification: "
-                               + "; ".join(check.problems))
+        raise ManualScoreError(
+            f"{folder}: not merged, it fails verification: " + "; ".join(check.problems)
+        )
     report = report_from_json(json.loads((folder / "gradebook.json").read_text("utf-8")))
     index: dict[tuple[str, str, str], tuple[int, int]] = {}
     for r, result in enumerate(report.results):
         for c, cell in enumerate(result.cells):
             if cell.manual:
                 index[(result.student, result.lab, cell.cell_id)] = (r, c)
-                index.setdefault((result.student, result.lab, "exercise:" + cell.exercise),
-                                 (r, c))
+                index.setdefault((result.student, result.lab, "exercise:" + cell.exercise), (r, c))
     scores: dict[tuple[int, int], float] = {}
     for line, row in _read_sheet(sheet):
         points_text = (row.get("points") or "").strip()
@@ -112,13 +119,16 @@ def merge_manual_scores(gradebook_dir: Path | str, scores_csv: Path | str,
         cell_id = (row.get("cell_id") or "").strip()
         exercise = (row.get("exercise") or "").strip()
         which = f"cell {cell_id}" if cell_id else f"exercise {exercise}"
-        keys = [(name, lb, cell_id or "exercise:" + _unescape(exercise))  # as written, then
-                for name, lb in ((student, lab), (_unescape(student), _unescape(lab)))]
+        keys = [
+            (name, lb, cell_id or "exercise:" + _unescape(exercise))  # as written, then
+            for name, lb in ((student, lab), (_unescape(student), _unescape(lab)))
+        ]
         found = next((index[k] for k in keys if k in index), None)  # without the ' escape
         if found is None:
             raise ManualScoreError(
                 f"{sheet}:{line}: no written answer of student {student!r} in lab {lab!r} "
-                f"({which}) in {folder}; copy student, lab and cell_id from manual.csv")
+                f"({which}) in {folder}; copy student, lab and cell_id from manual.csv"
+            )
         r, c = found
         cell = report.results[r].cells[c]
         try:
@@ -126,15 +136,20 @@ def merge_manual_scores(gradebook_dir: Path | str, scores_csv: Path | str,
         except ValueError:
             points = math.nan
         if not 0 <= points <= cell.max_points:
-            raise ManualScoreError(f"{sheet}:{line}: points {points_text!r} for {student}'s "
-                                   f"{cell.exercise}: give a number from 0 to "
-                                   f"{_number(cell.max_points)}")
+            raise ManualScoreError(
+                f"{sheet}:{line}: points {points_text!r} for {student}'s "
+                f"{cell.exercise}: give a number from 0 to "
+                f"{_number(cell.max_points)}"
+            )
         scores[(r, c)] = points
     results = list(report.results)
     for (r, c), points in scores.items():
         cells = list(results[r].cells)
-        cells[c] = replace(cells[c], points=points, passed=points == cells[c].max_points,
-                           message=f"graded by hand: {_number(points)} / "
-                           f"{_number(cells[c].max_points)}")
+        cells[c] = replace(
+            cells[c],
+            points=points,
+            passed=points == cells[c].max_points,
+            message=f"graded by hand: {_number(points)} / {_number(cells[c].max_points)}",
+        )
         results[r] = replace(results[r], cells=tuple(cells))
     return replace(report, results=tuple(results)), len(scores)

@@ -141,18 +141,20 @@ def _spans(lines: list[str], begin: str, end: str, where: str) -> Iterator[tuple
         token = line.strip()
         if token == begin:
             if start is not None:
-                raise MarkerError(f"{where}: '{begin}' on line {i + 1} before the '{end}' "
-                                  f"of the span opened on line {start + 1}; close it first")
+                raise MarkerError(
+                    f"{where}: '{begin}' on line {i + 1} before the '{end}' "
+                    f"of the span opened on line {start + 1}; close it first"
+                )
             start = i
         elif token == end:
             if start is None:
-                raise MarkerError(f"{where}: '{end}' on line {i + 1} without a '{begin}' "
-                                  "before it")
+                raise MarkerError(f"{where}: '{end}' on line {i + 1} without a '{begin}' before it")
             yield start, i
             start = None
     if start is not None:
-        raise MarkerError(f"{where}: '{begin}' on line {start + 1} is never closed; "
-                          f"add a '{end}' line")
+        raise MarkerError(
+            f"{where}: '{begin}' on line {start + 1} is never closed; add a '{end}' line"
+        )
 
 
 def has_markers(source: str) -> bool:
@@ -206,20 +208,25 @@ def is_readonly(cell: Any) -> bool:
 def _forbid_list(meta: dict, where: str) -> tuple[str, ...]:
     names = meta.get("forbid", [])
     if not isinstance(names, list) or not all(
-            isinstance(n, str) and n.startswith(PACKAGE_PREFIX) for n in names):
-        raise MarkerError(f"{where}: metadata 'forbid' must be a list of dotted names of the "
-                          "course package, e.g. [\"mlinfra_lab.attention.online_softmax\"], "
-                          f"got {names!r}")
+        isinstance(n, str) and n.startswith(PACKAGE_PREFIX) for n in names
+    ):
+        raise MarkerError(
+            f"{where}: metadata 'forbid' must be a list of dotted names of the "
+            'course package, e.g. ["mlinfra_lab.attention.online_softmax"], '
+            f"got {names!r}"
+        )
     return tuple(names)
 
 
-def require_unique_id(cell_id: str | None, where: str, seen: set[str], why: str,
-                      kind: str = "cell") -> None:
+def require_unique_id(
+    cell_id: str | None, where: str, seen: set[str], why: str, kind: str = "cell"
+) -> None:
     """Refuse a marked cell without an id, or with one already in `seen` (then add it):
     grading finds marked cells by id. `why` ends the message (`` so ... by id``)."""
     if not cell_id:
-        raise MarkerError(f"{where} has no cell id; re-save the notebook with nbformat >= 4.5"
-                          + why)
+        raise MarkerError(
+            f"{where} has no cell id; re-save the notebook with nbformat >= 4.5" + why
+        )
     if cell_id in seen:
         raise MarkerError(f"{where}: the id is used twice; give each {kind} its own id")
     seen.add(cell_id)
@@ -229,13 +236,18 @@ def points_and_exercise(meta: dict, where: str, zero_allowed: bool = True) -> tu
     """A marked cell's ``points`` (a number, >= 0, or > 0 when `zero_allowed` is False) and
     ``exercise`` (a non-empty name, stripped) from its metadata; `MarkerError` naming `where`."""
     points, exercise = meta.get("points"), meta.get("exercise")
-    if isinstance(points, bool) or not isinstance(points, int | float) or points < 0 or (
-            points == 0 and not zero_allowed):
-        raise MarkerError(f"{where}: metadata 'points' must be a number "
-                          f"{'>=' if zero_allowed else '>'} 0, got {points!r}")
+    if (
+        isinstance(points, bool)
+        or not isinstance(points, int | float)
+        or points < 0
+        or (points == 0 and not zero_allowed)
+    ):
+        raise MarkerError(
+            f"{where}: metadata 'points' must be a number "
+            f"{'>=' if zero_allowed else '>'} 0, got {points!r}"
+        )
     if not isinstance(exercise, str) or not exercise.strip():
-        raise MarkerError(f"{where}: metadata 'exercise' must name the exercise, "
-                          f"got {exercise!r}")
+        raise MarkerError(f"{where}: metadata 'exercise' must name the exercise, got {exercise!r}")
     return float(points), exercise.strip()
 
 
@@ -246,28 +258,44 @@ def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
     preamble: list[str] = []  # readonly cells met so far, re-run before each later grader
     for index, cell in enumerate(nb.cells):
         if is_readonly(cell) and not is_grader(cell):  # line magics (%matplotlib) stay behind
-            preamble.append("\n".join(line for line in cell.get("source", "").splitlines()
-                                       if not line.lstrip().startswith(("%", "!"))))
+            preamble.append(
+                "\n".join(
+                    line
+                    for line in cell.get("source", "").splitlines()
+                    if not line.lstrip().startswith(("%", "!"))
+                )
+            )
         if not is_grader(cell):
             continue
         cell_id = cell.get("id")
         where = f"{lab}: grader cell {cell_id or f'#{index}'}"
-        require_unique_id(cell_id, where, seen,
-                          " (e.g. nbformat.validator.normalize) so graders have ids", "grader cell")
+        require_unique_id(
+            cell_id,
+            where,
+            seen,
+            " (e.g. nbformat.validator.normalize) so graders have ids",
+            "grader cell",
+        )
         meta = cell.get("metadata", {})
         points, exercise = points_and_exercise(meta, where)
         text = cell.get("source", "")
         if any(line.strip() in (SOLUTION_BEGIN, SOLUTION_END) for line in text.splitlines()):
-            raise MarkerError(f"{where}: a grader cell cannot hold a solution span; move the "
-                              "solution into a cell of its own")
+            raise MarkerError(
+                f"{where}: a grader cell cannot hold a solution span; move the "
+                "solution into a cell of its own"
+            )
         list(_spans(text.splitlines(), HIDDEN_BEGIN, HIDDEN_END, where))  # validates
         forbid = _forbid_list(meta, where)
         if forbid and text.lstrip().startswith("%%"):
-            raise MarkerError(f"{where}: a grader with 'forbid' runs inside a guard block, "
-                              "so it cannot start with a cell magic; remove the magic")
+            raise MarkerError(
+                f"{where}: a grader with 'forbid' runs inside a guard block, "
+                "so it cannot start with a cell magic; remove the magic"
+            )
         if has_tag(cell, READONLY_TAG):
-            raise MarkerError(f"{where} is tagged both 'grader' and '{READONLY_TAG}'; a grader "
-                              "is already restored at grading: remove the readonly tag")
+            raise MarkerError(
+                f"{where} is tagged both 'grader' and '{READONLY_TAG}'; a grader "
+                "is already restored at grading: remove the readonly tag"
+            )
         found.append(GraderCell(cell_id, exercise, points, index, text, forbid, tuple(preamble)))
     return found
 
@@ -282,15 +310,21 @@ def readonly_cells(nb: Any, lab: str = "lab") -> list[ReadonlyCell]:
         cell_id = cell.get("id")
         where = f"{lab}: readonly cell {cell_id or f'#{index}'}"
         if cell.get("cell_type") != "code":
-            raise MarkerError(f"{where} is a {cell.get('cell_type')} cell; the "
-                              f"'{READONLY_TAG}' tag is for code cells a grader runs")
+            raise MarkerError(
+                f"{where} is a {cell.get('cell_type')} cell; the "
+                f"'{READONLY_TAG}' tag is for code cells a grader runs"
+            )
         require_unique_id(cell_id, where, seen, " so read-only cells can be restored by id")
         if has_markers(cell.get("source", "")):
-            raise MarkerError(f"{where} holds solution or hidden-test markers; a read-only "
-                              "cell is restored from the source as is: move the markers out")
+            raise MarkerError(
+                f"{where} holds solution or hidden-test markers; a read-only "
+                "cell is restored from the source as is: move the markers out"
+            )
         if cell.get("source", "").lstrip().startswith("%%"):
-            raise MarkerError(f"{where} starts with a cell magic; graders re-run read-only "
-                              "cells as Python code: remove the magic")
+            raise MarkerError(
+                f"{where} starts with a cell magic; graders re-run read-only "
+                "cells as Python code: remove the magic"
+            )
         found.append(ReadonlyCell(cell_id, index, cell.get("source", "")))
     return found
 

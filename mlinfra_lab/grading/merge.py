@@ -44,18 +44,34 @@ class MergeError(GradingError):
 def report_from_json(data: dict) -> GradeReport:
     """The `GradeReport` that ``gradebook.json`` (`GradeReport.as_dict`) was written from."""
     results = tuple(
-        GradeResult(r["student"], r["lab"], r["submission"],
-                    tuple(CellResult(**c) for c in r["cells"]), r.get("sha256", ""),
-                    tuple(r.get("notes", ())))
-        for r in data["results"])
+        GradeResult(
+            r["student"],
+            r["lab"],
+            r["submission"],
+            tuple(CellResult(**c) for c in r["cells"]),
+            r.get("sha256", ""),
+            tuple(r.get("notes", ())),
+        )
+        for r in data["results"]
+    )
     problems = tuple(SubmissionProblem(**p) for p in data["problems"])
     record = data.get("config", {})
-    config = ExecutionConfig(**{
-        k: (tuple(tuple(e) for e in v) if k == "env" else v)
-        for k, v in record.items() if k in _CONFIG_FIELDS})
+    config = ExecutionConfig(
+        **{
+            k: (tuple(tuple(e) for e in v) if k == "env" else v)
+            for k, v in record.items()
+            if k in _CONFIG_FIELDS
+        }
+    )
     sources = tuple((s["lab"], s["path"], s["sha256"]) for s in data.get("sources", []))
-    return GradeReport(results, problems, tuple(data.get("warnings", ())), config, sources,
-                       record.get("sandbox_used", ""))
+    return GradeReport(
+        results,
+        problems,
+        tuple(data.get("warnings", ())),
+        config,
+        sources,
+        record.get("sandbox_used", ""),
+    )
 
 
 def merge_gradebooks(chunk_dirs: Sequence[Path | str], secret: str) -> GradeReport:
@@ -66,25 +82,32 @@ def merge_gradebooks(chunk_dirs: Sequence[Path | str], secret: str) -> GradeRepo
     for chunk in map(Path, chunk_dirs):
         check = verify_gradebook(chunk, secret)
         if not check.ok:
-            raise MergeError(f"{chunk}: not merged, it fails verification: "
-                             + "; ".join(check.problems))
+            raise MergeError(
+                f"{chunk}: not merged, it fails verification: " + "; ".join(check.problems)
+            )
         data = json.loads((chunk / "gradebook.json").read_text(encoding="utf-8"))
         report = report_from_json(data)
         if check.keyed != (secret != DEFAULT_SECRET):
-            raise MergeError(f"{chunk}: graded with {'a' if check.keyed else 'the public default'} "
-                             "secret, unlike this merge; merge with the secret every chunk "
-                             "was graded with")
+            raise MergeError(
+                f"{chunk}: graded with {'a' if check.keyed else 'the public default'} "
+                "secret, unlike this merge; merge with the secret every chunk "
+                "was graded with"
+            )
         if reports:
             first = reports[0][1]
             if {s[::2] for s in report.sources} != {s[::2] for s in first.sources}:
-                raise MergeError(f"{chunk}: graded against other source labs than "
-                                 f"{reports[0][0]} (their SHA-256 differ); grade every chunk "
-                                 "with the same --source")
+                raise MergeError(
+                    f"{chunk}: graded against other source labs than "
+                    f"{reports[0][0]} (their SHA-256 differ); grade every chunk "
+                    "with the same --source"
+                )
         for result in report.results:
             key = (result.student, result.lab)
             if key in seen:
-                raise MergeError(f"{chunk}: {result.student}'s lab {result.lab} was also "
-                                 f"graded in {seen[key]}; give each submission to one chunk")
+                raise MergeError(
+                    f"{chunk}: {result.student}'s lab {result.lab} was also "
+                    f"graded in {seen[key]}; give each submission to one chunk"
+                )
             seen[key] = chunk
         reports.append((chunk, report))
     first = reports[0][1]

@@ -31,12 +31,15 @@ _MISSING = object()
 
 
 @contextlib.contextmanager
-def using_reference(namespace: MutableMapping[str, Any],
-                    **references: Callable[..., Any]) -> Iterator[None]:
+def using_reference(
+    namespace: MutableMapping[str, Any], **references: Callable[..., Any]
+) -> Iterator[None]:
     """Bind `references` in `namespace` (a notebook's ``globals()``) for the block."""
     if not references:
-        raise TypeError("using_reference needs at least one name=reference, e.g. "
-                        "using_reference(globals(), scaling_efficiency=reference)")
+        raise TypeError(
+            "using_reference needs at least one name=reference, e.g. "
+            "using_reference(globals(), scaling_efficiency=reference)"
+        )
     saved = {name: namespace.get(name, _MISSING) for name in references}
     namespace.update(references)
     try:

@@ -93,8 +93,10 @@ def release_node(nb: Any, lab: str) -> Any:
             continue
         if cell.cell_type != "code":
             if has_markers(cell.source):
-                raise MarkerError(f"{where} is a {cell.cell_type} cell with solution or "
-                                  "hidden-test markers; markers belong in code cells")
+                raise MarkerError(
+                    f"{where} is a {cell.cell_type} cell with solution or "
+                    "hidden-test markers; markers belong in code cells"
+                )
             continue
         if is_grader(cell):
             cell.source = strip_hidden(cell.source, where)
@@ -103,8 +105,10 @@ def release_node(nb: Any, lab: str) -> Any:
             cell.metadata.update(editable=False, deletable=False, checksum=checksums[cell.id])
         elif has_markers(cell.source):
             if any(ln.strip() == HIDDEN_BEGIN for ln in cell.source.splitlines()):
-                raise MarkerError(f"{where}: hidden tests may only sit in a grader cell "
-                                  "(tag it 'grader' with 'points' and 'exercise' metadata)")
+                raise MarkerError(
+                    f"{where}: hidden tests may only sit in a grader cell "
+                    "(tag it 'grader' with 'points' and 'exercise' metadata)"
+                )
             cell.source = replace_solutions(cell.source, solution_exercise(nb, index), where)
     out.cells = [cell for cell in out.cells if not is_wrong_answer(cell)]
     out.metadata[LAB_METADATA_KEY] = {"lab": lab, "version": "student"}
@@ -120,8 +124,9 @@ def release_notebook(src: Path | str, out: Path | str) -> Path:
         raise SourceLabError(f"{src}: no such lab notebook")
     target = out / src.name if out.is_dir() or not out.suffix else out
     if target.resolve() == src.resolve():
-        raise SourceLabError(f"{src}: refusing to overwrite the source with its release; "
-                             "choose another OUT")
+        raise SourceLabError(
+            f"{src}: refusing to overwrite the source with its release; choose another OUT"
+        )
     released = release_node(read_notebook(src), src.stem)
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(released, str(target))

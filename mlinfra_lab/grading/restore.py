@@ -55,11 +55,14 @@ class RestoreNote:
         if self.status == "edited":
             parts.append(f"{what} was edited in the submission; the {source} was run")
         elif self.status == "deleted":
-            parts.append(f"{what} was missing from the submission; the {source} "
-                         "was re-inserted and run")
+            parts.append(
+                f"{what} was missing from the submission; the {source} was re-inserted and run"
+            )
         if self.older_release:
-            parts.append(f"the submission was made from an older release of this "
-                         f"{'cell' if self.readonly else 'grader'}")
+            parts.append(
+                f"the submission was made from an older release of this "
+                f"{'cell' if self.readonly else 'grader'}"
+            )
         return "; ".join(parts)
 
 
@@ -70,8 +73,7 @@ def _status(cell: Any | None, restored: GraderCell | ReadonlyCell) -> RestoreNot
     checksum = cell.get("metadata", {}).get("checksum")
     older = checksum is not None and checksum != restored.checksum
     edited = cell.get("source", "").rstrip() != restored.visible.rstrip()
-    return RestoreNote(restored.cell_id, "edited" if edited else "as released", older,
-                       readonly)
+    return RestoreNote(restored.cell_id, "edited" if edited else "as released", older, readonly)
 
 
 def _source_cell(lab: SourceLab, restored: GraderCell | ReadonlyCell) -> Any:

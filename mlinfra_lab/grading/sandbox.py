@@ -73,8 +73,16 @@ __all__ = [
 SANDBOX_KINDS = ("auto", "bwrap", "rlimit")
 SANDBOX_UID_BASE = 61000  # throwaway uids (not in /etc/passwd): 61000 + the job slot
 MAX_FILE_BYTES = 1 << 30  # RLIMIT_FSIZE: the largest file a kernel may write
-_ETC = ("/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/ld.so.cache",
-        "/etc/localtime", "/etc/alternatives", "/etc/fonts", "/etc/matplotlibrc")
+_ETC = (
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/alternatives",
+    "/etc/fonts",
+    "/etc/matplotlibrc",
+)
 
 
 class SandboxUnavailable(GradingError):
@@ -118,8 +126,15 @@ class Sandbox:
         if uid is not None:
             os.chown(workdir, uid, uid)
 
-    def popen(self, argv: Sequence[str], workdir: Path, env: Mapping[str, str], log: IO[bytes],
-              memory_limit: int | None, slot: int) -> subprocess.Popen:
+    def popen(
+        self,
+        argv: Sequence[str],
+        workdir: Path,
+        env: Mapping[str, str],
+        log: IO[bytes],
+        memory_limit: int | None,
+        slot: int,
+    ) -> subprocess.Popen:
         raise NotImplementedError
 
     def kill(self, proc: subprocess.Popen, slot: int) -> None:
@@ -190,26 +205,45 @@ class RlimitSandbox(Sandbox):
         self.markers: dict[int, str] = {}
         if self.root and not self._throwaway_user_can_run_python():
             self.root = False
-            self.warning = (f"the rlimit sandbox runs kernels as root: the throwaway user "
-                            f"cannot run {sys.executable} (is it under /root?); install "
-                            "bubblewrap, or a Python that other users can read")
+            self.warning = (
+                f"the rlimit sandbox runs kernels as root: the throwaway user "
+                f"cannot run {sys.executable} (is it under /root?); install "
+                "bubblewrap, or a Python that other users can read"
+            )
 
     def _throwaway_user_can_run_python(self) -> bool:
         try:
-            done = subprocess.run([sys.executable, "-c", "import mlinfra_lab"],
-                                  capture_output=True, timeout=60, cwd="/",
-                                  preexec_fn=_limits(None, SANDBOX_UID_BASE))
+            done = subprocess.run(
+                [sys.executable, "-c", "import mlinfra_lab"],
+                capture_output=True,
+                timeout=60,
+                cwd="/",
+                preexec_fn=_limits(None, SANDBOX_UID_BASE),
+            )
         except (OSError, subprocess.SubprocessError):
             return False
         return done.returncode == 0
 
-    def popen(self, argv: Sequence[str], workdir: Path, env: Mapping[str, str], log: IO[bytes],
-              memory_limit: int | None, slot: int) -> subprocess.Popen:
+    def popen(
+        self,
+        argv: Sequence[str],
+        workdir: Path,
+        env: Mapping[str, str],
+        log: IO[bytes],
+        memory_limit: int | None,
+        slot: int,
+    ) -> subprocess.Popen:
         marker = self.markers[slot] = f"{slot}-{os.urandom(16).hex()}"
-        return subprocess.Popen(list(argv), cwd=workdir, env={**env, self.MARKER_ENV: marker},
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True,
-                                preexec_fn=_limits(memory_limit, self.uid(slot)))
+        return subprocess.Popen(
+            list(argv),
+            cwd=workdir,
+            env={**env, self.MARKER_ENV: marker},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_limits(memory_limit, self.uid(slot)),
+        )
 
     def kill(self, proc: subprocess.Popen, slot: int) -> None:
         super().kill(proc, slot)
@@ -242,8 +276,13 @@ def _python_paths() -> list[str]:
     """Folders this Python needs, read-only: its prefixes, the grader's `extra_import_paths`
     and the mlinfra_lab package."""
     exe = Path(sys.executable)
-    paths = {sys.prefix, sys.base_prefix, str(exe.resolve().parent.parent),
-             str(package_root() / "mlinfra_lab"), *extra_import_paths()}
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        str(exe.resolve().parent.parent),
+        str(package_root() / "mlinfra_lab"),
+        *extra_import_paths(),
+    }
     return sorted(p for p in paths if p and Path(p).is_dir())
 
 
@@ -256,13 +295,17 @@ class BwrapSandbox(Sandbox):
         super().__init__()
         self.bwrap = bwrap or shutil.which("bwrap")
         if not self.bwrap:
-            raise SandboxUnavailable("bubblewrap (bwrap) is not installed: apt-get install "
-                                     "bubblewrap, or grade with --sandbox rlimit (see the "
-                                     "instructors' page for what that does not stop)")
+            raise SandboxUnavailable(
+                "bubblewrap (bwrap) is not installed: apt-get install "
+                "bubblewrap, or grade with --sandbox rlimit (see the "
+                "instructors' page for what that does not stop)"
+            )
         self.setpriv = shutil.which("setpriv") if self.root else None
         if self.root and not self.setpriv:
-            raise SandboxUnavailable("setpriv (util-linux) is needed to drop root inside the "
-                                     "sandbox: apt-get install util-linux")
+            raise SandboxUnavailable(
+                "setpriv (util-linux) is needed to drop root inside the "
+                "sandbox: apt-get install util-linux"
+            )
 
     def _mounts(self, workdir: Path) -> list[str]:
         args: list[str] = []
@@ -298,13 +341,28 @@ class BwrapSandbox(Sandbox):
         args.extend(["--bind", str(workdir), str(workdir)])
         return args
 
-    def command(self, argv: Sequence[str], workdir: Path, env: Mapping[str, str],
-                slot: int) -> list[str]:
+    def command(
+        self, argv: Sequence[str], workdir: Path, env: Mapping[str, str], slot: int
+    ) -> list[str]:
         """The full bwrap command line that runs `argv` in the sandbox."""
-        cmd = [self.bwrap, "--die-with-parent", "--new-session",
-               "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-               "--unshare-cgroup-try", "--proc", "/proc", "--dev", "/dev",
-               "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+        cmd = [
+            self.bwrap,
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/dev/shm",
+        ]
         if not self.root:
             cmd.append("--unshare-user")
         cmd += self._mounts(workdir)
@@ -313,17 +371,38 @@ class BwrapSandbox(Sandbox):
             cmd += ["--setenv", key, value]
         if self.root:  # drop to the throwaway user, with no way back
             uid = str(self.uid(slot))
-            cmd += ["--", self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+            cmd += [
+                "--",
+                self.setpriv,
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+            ]
         else:
             cmd += ["--cap-drop", "ALL", "--"]
         return cmd + list(argv)
 
-    def popen(self, argv: Sequence[str], workdir: Path, env: Mapping[str, str], log: IO[bytes],
-              memory_limit: int | None, slot: int) -> subprocess.Popen:
-        return subprocess.Popen(self.command(argv, workdir, env, slot), cwd=workdir,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_limits(memory_limit, None))
+    def popen(
+        self,
+        argv: Sequence[str],
+        workdir: Path,
+        env: Mapping[str, str],
+        log: IO[bytes],
+        memory_limit: int | None,
+        slot: int,
+    ) -> subprocess.Popen:
+        return subprocess.Popen(
+            self.command(argv, workdir, env, slot),
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_limits(memory_limit, None),
+        )
 
 
 def _bwrap_works(sandbox: BwrapSandbox) -> str | None:
@@ -357,7 +436,9 @@ def make_sandbox(kind: str = "auto") -> Sandbox:
     if problem is None:
         return sandbox
     if kind == "bwrap":
-        raise SandboxUnavailable(f"bubblewrap is installed but cannot start a sandbox here "
-                                 f"({problem[:300]}); grade with --sandbox rlimit, or run "
-                                 "where unprivileged namespaces are allowed")
+        raise SandboxUnavailable(
+            f"bubblewrap is installed but cannot start a sandbox here "
+            f"({problem[:300]}); grade with --sandbox rlimit, or run "
+            "where unprivileged namespaces are allowed"
+        )
     return RlimitSandbox()

@@ -150,8 +150,16 @@ def read_source_lab(path: Path) -> SourceLab:
                 forbidden_codes(name)
             except MarkerError as err:
                 raise MarkerError(f"{lab}: grader cell {g.cell_id}: {err}") from err
-    return SourceLab(lab, path, nb, graders, tuple(readonly_cells(nb, lab)),
-                     tuple(wrong_answers(nb, lab, graders)), digest, tuple(manual_cells(nb, lab)))
+    return SourceLab(
+        lab,
+        path,
+        nb,
+        graders,
+        tuple(readonly_cells(nb, lab)),
+        tuple(wrong_answers(nb, lab, graders)),
+        digest,
+        tuple(manual_cells(nb, lab)),
+    )
 
 
 def load_source_labs(source: Path | str) -> dict[str, SourceLab]:
@@ -172,9 +180,13 @@ class _Found:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a folder")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a folder"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -192,8 +204,9 @@ def _walk(root: Path) -> list[_Found | SubmissionProblem]:
             with os.scandir(folder) as listing:
                 entries = list(listing)
         except OSError as err:
-            found.append(SubmissionProblem(str(folder), "cannot list this folder "
-                                           f"({type(err).__name__})"))
+            found.append(
+                SubmissionProblem(str(folder), f"cannot list this folder ({type(err).__name__})")
+            )
             continue
         for entry in entries:
             path = Path(entry.path)
@@ -209,8 +222,9 @@ def _walk(root: Path) -> list[_Found | SubmissionProblem]:
                     found.append(_Found(path, parts[0] if len(parts) > 1 else None, home))
                 else:
                     mode = entry.stat(follow_symlinks=False).st_mode
-                    found.append(SubmissionProblem(str(path), f"{_kind(mode)}, not a "
-                                                   "regular file: not read"))
+                    found.append(
+                        SubmissionProblem(str(path), f"{_kind(mode)}, not a regular file: not read")
+                    )
     return sorted(found, key=lambda f: Path(f.path))
 
 
@@ -242,8 +256,12 @@ def _expand(args: Iterable[Path | str]) -> Iterator[_Found | SubmissionProblem]:
 def _read_file(path: Path, max_bytes: int | None) -> tuple[bytes, tuple[int, int]]:
     """The bytes of regular file `path` and its (device, inode), never following a link;
     raises `SubmissionError` (a link, a special file, over `max_bytes`, unreadable)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
+    flags = (
+        os.O_RDONLY
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_NONBLOCK", 0)
         | getattr(os, "O_CLOEXEC", 0)
+    )
     try:
         fd = os.open(path, flags)
     except OSError as err:
@@ -299,8 +317,9 @@ def _parse(data: bytes) -> tuple[Any, int]:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
-        raise SubmissionError(f"{unreadable} (not JSON: {err.msg} at line {err.lineno}, "
-                              f"column {err.colno})") from err
+        raise SubmissionError(
+            f"{unreadable} (not JSON: {err.msg} at line {err.lineno}, column {err.colno})"
+        ) from err
     except (ValueError, RecursionError) as err:
         raise SubmissionError(f"{unreadable} (not JSON: {type(err).__name__})") from err
     version = raw.get("nbformat") if isinstance(raw, dict) else None
@@ -315,9 +334,10 @@ def _parse(data: bytes) -> tuple[Any, int]:
             raise ValueError("no list of cells")
     # A submission may be any JSON at all: every way converting it can fail means the same
     # thing to the instructor, so the net is wide on purpose (the message names the type).
-    except Exception as err:  # noqa: BLE001
-        raise SubmissionError(f"{unreadable} (nbformat {version}: {type(err).__name__} "
-                              "while reading it)") from err
+    except Exception as err:
+        raise SubmissionError(
+            f"{unreadable} (nbformat {version}: {type(err).__name__} while reading it)"
+        ) from err
     return nb, version
 
 
@@ -328,13 +348,17 @@ def lab_of(nb: Any, path: Path, labs: dict[str, SourceLab]) -> str:
     if isinstance(stamped, str) and stamped:
         if stamped not in labs:
             said = f"'{stamped}'" if _SAFE_NAME.match(stamped) else "an unknown name"
-            raise SubmissionError(f"a notebook of lab {said}, which is not among the "
-                                  f"source labs ({names}); pass its lab with --source")
+            raise SubmissionError(
+                f"a notebook of lab {said}, which is not among the "
+                f"source labs ({names}); pass its lab with --source"
+            )
         return stamped
     lab = _lab_from_name(path, labs)
     if lab is None:
-        raise SubmissionError(f"cannot tell which lab this is: no metadata.mlinfra.lab and "
-                              f"the file name contains none of the lab names ({names})")
+        raise SubmissionError(
+            f"cannot tell which lab this is: no metadata.mlinfra.lab and "
+            f"the file name contains none of the lab names ({names})"
+        )
     return lab
 
 
@@ -353,7 +377,8 @@ def _student(found: _Found, lab: str) -> tuple[str, str | None]:
             f"the file name says student '{named}' but it is in the collection folder of "
             f"'{found.folder}' (the student in a folder layout); not graded until the two "
             "agree: rename or move the file, or grade the folder that holds one sub-folder "
-            "per student")
+            "per student"
+        )
     return found.folder, None
 
 
@@ -375,9 +400,12 @@ def _recover_ids(nb: Any, lab: SourceLab, version: int) -> str:
             f"an nbformat {version} notebook: upgraded to nbformat 4, but none of its cells "
             "carries the checksum of a grader cell, so the graders cannot be put back in "
             "place; not graded: save it as nbformat 4 (open it in Jupyter and save) and "
-            "grade it again")
-    return (f"graded after upgrading the file from nbformat {version} to 4 (grader cells "
-            "matched by their release checksums)")
+            "grade it again"
+        )
+    return (
+        f"graded after upgrading the file from nbformat {version} to 4 (grader cells "
+        "matched by their release checksums)"
+    )
 
 
 def _source_files(labs: dict[str, SourceLab]) -> dict[object, str]:
@@ -395,7 +423,10 @@ def _source_files(labs: dict[str, SourceLab]) -> dict[object, str]:
 
 
 def _identify(
-    found: _Found, labs: dict[str, SourceLab], max_bytes: int | None, max_cells: int | None,
+    found: _Found,
+    labs: dict[str, SourceLab],
+    max_bytes: int | None,
+    max_cells: int | None,
     sources: dict[object, str],
 ) -> tuple[Submission | SubmissionProblem, tuple[int, int] | None]:
     """Read and identify one found file: a `Submission`, or the `SubmissionProblem` (with
@@ -412,9 +443,12 @@ def _identify(
     digest = _sha256(data)
     source = sources.get(inode) or sources.get(digest)
     if source is not None:
-        return SubmissionProblem(where, f"this file is the instructor's source lab "
-                                 f"'{source}' itself (same file or same bytes); not graded",
-                                 sha256=digest), inode
+        return SubmissionProblem(
+            where,
+            f"this file is the instructor's source lab "
+            f"'{source}' itself (same file or same bytes); not graded",
+            sha256=digest,
+        ), inode
     try:
         nb, version = _parse(data)
         lab = lab_of(nb, path, labs)
@@ -434,8 +468,10 @@ def _identify(
 
 
 def find_submissions(
-    args: Sequence[Path | str], labs: dict[str, SourceLab],
-    max_bytes: int | None = DEFAULT_MAX_BYTES, max_cells: int | None = DEFAULT_MAX_CELLS,
+    args: Sequence[Path | str],
+    labs: dict[str, SourceLab],
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    max_cells: int | None = DEFAULT_MAX_CELLS,
 ) -> tuple[list[Submission], list[SubmissionProblem]]:
     """Resolve `args` into submissions to grade and problems to report (one line each)."""
     sources = _source_files(labs)
@@ -453,12 +489,22 @@ def find_submissions(
         item, inode = _identify(found, labs, max_bytes, max_cells, sources)
         if inode is not None and inode in read:  # another path to the same file
             first = items[read[inode]]
-            items.append(SubmissionProblem(
-                str(found.path), f"the same file as {first.path} (a hard link); not graded: "
-                "each submission must be a file of its own", sha256=getattr(item, "sha256", "")))
+            items.append(
+                SubmissionProblem(
+                    str(found.path),
+                    f"the same file as {first.path} (a hard link); not graded: "
+                    "each submission must be a file of its own",
+                    sha256=getattr(item, "sha256", ""),
+                )
+            )
             if isinstance(first, Submission):
-                items[read[inode]] = replace(first, notes=(*first.notes, (
-                    f"disputed: {found.path} is a hard link to this same file")))
+                items[read[inode]] = replace(
+                    first,
+                    notes=(
+                        *first.notes,
+                        (f"disputed: {found.path} is a hard link to this same file"),
+                    ),
+                )
             continue
         if inode is not None:
             read[inode] = len(items)
@@ -469,7 +515,8 @@ def find_submissions(
 
 
 def _settle_duplicates(
-    items: list[Submission | SubmissionProblem], in_folder: set[str],
+    items: list[Submission | SubmissionProblem],
+    in_folder: set[str],
 ) -> tuple[list[Submission], list[SubmissionProblem]]:
     """Grade one submission per (student, lab): one in the student's collection folder
     first, else the first given; note the others on it and report them."""
@@ -485,16 +532,27 @@ def _settle_duplicates(
         kept = first
         if others:
             names = ", ".join(str(s.path) for s in others)
-            kept = replace(first, notes=(*first.notes, (
-                f"disputed: {names} also names itself {student}'s submission of this lab and "
-                f"was not graded; check that this file is {student}'s")))
+            kept = replace(
+                first,
+                notes=(
+                    *first.notes,
+                    (
+                        f"disputed: {names} also names itself {student}'s submission of this lab and "
+                        f"was not graded; check that this file is {student}'s"
+                    ),
+                ),
+            )
         keep[id(first)] = kept
         for s in others:
             extra[id(s)] = SubmissionProblem(
-                str(s.path), f"a second submission of lab '{lab}' by '{student}' (already "
+                str(s.path),
+                f"a second submission of lab '{lab}' by '{student}' (already "
                 f"grading {first.path}, noted there); not graded: if this file is "
                 f"{student}'s and the other is not, remove the other and grade again",
-                student, lab, s.sha256)
+                student,
+                lab,
+                s.sha256,
+            )
     submissions: list[Submission] = []
     problems: list[SubmissionProblem] = []
     for item in items:

@@ -87,12 +87,18 @@ def _read(path: Path) -> tuple[SourceLab, Any]:
 def _missing_wrong_answers(lab: SourceLab) -> list[ValidationProblem]:
     covered = {w.exercise for w in lab.wrong_answers}
     exercises = dict.fromkeys(g.exercise for g in lab.graders)  # lab order, no repeats
-    return [ValidationProblem(
-        lab.name, exercise, "",
-        f"no wrong answer to prove its graders: add a raw cell tagged '{WRONG_ANSWER_TAG}' "
-        f"with metadata {{\"exercise\": \"{exercise}\", \"why\": \"<the mistake>\"}} holding "
-        "a plausible wrong answer (the full text of the solution cell it replaces)")
-        for exercise in exercises if exercise not in covered]
+    return [
+        ValidationProblem(
+            lab.name,
+            exercise,
+            "",
+            f"no wrong answer to prove its graders: add a raw cell tagged '{WRONG_ANSWER_TAG}' "
+            f'with metadata {{"exercise": "{exercise}", "why": "<the mistake>"}} holding '
+            "a plausible wrong answer (the full text of the solution cell it replaces)",
+        )
+        for exercise in exercises
+        if exercise not in covered
+    ]
 
 
 def _check(lab: SourceLab, ran: Callable[[str], dict[str, CellOutcome]]) -> list[ValidationProblem]:
@@ -103,29 +109,48 @@ def _check(lab: SourceLab, ran: Callable[[str], dict[str, CellOutcome]]) -> list
         on_source, on_release = ran("source").get(g.cell_id), ran("release").get(g.cell_id)
         if on_source is None or not on_source.passed:
             why = on_source.message if on_source else "it never ran"
-            problems.append(ValidationProblem(
-                lab.name, g.exercise, g.cell_id,
-                f"fails on the source (with the solutions): {why}"))
+            problems.append(
+                ValidationProblem(
+                    lab.name,
+                    g.exercise,
+                    g.cell_id,
+                    f"fails on the source (with the solutions): {why}",
+                )
+            )
         if on_release is not None and on_release.passed:
-            problems.append(ValidationProblem(
-                lab.name, g.exercise, g.cell_id,
-                "passes on the released notebook, so it cannot fail: it must call the "
-                "student's code"))
+            problems.append(
+                ValidationProblem(
+                    lab.name,
+                    g.exercise,
+                    g.cell_id,
+                    "passes on the released notebook, so it cannot fail: it must call the "
+                    "student's code",
+                )
+            )
     grader_ids = {g.cell_id for g in lab.graders}
     for cell_id, outcome in ran("source").items():
         if cell_id not in grader_ids and outcome.outcome == "failed":
-            problems.append(ValidationProblem(
-                lab.name, "", cell_id,
-                f"a non-grader cell errors on the source: {outcome.message}"))
+            problems.append(
+                ValidationProblem(
+                    lab.name,
+                    "",
+                    cell_id,
+                    f"a non-grader cell errors on the source: {outcome.message}",
+                )
+            )
     for wrong in lab.wrong_answers:
         outcomes = ran(f"wrong:{wrong.cell_id}")
         graders = [g for g in lab.graders if g.exercise == wrong.exercise]
-        if all(outcomes.get(g.cell_id) is not None and outcomes[g.cell_id].passed
-               for g in graders):
-            problems.append(ValidationProblem(
-                lab.name, wrong.exercise, wrong.cell_id,
-                f"this wrong answer ({wrong.why}) passes every grader of the exercise; make "
-                "a grader catch it"))
+        if all(outcomes.get(g.cell_id) is not None and outcomes[g.cell_id].passed for g in graders):
+            problems.append(
+                ValidationProblem(
+                    lab.name,
+                    wrong.exercise,
+                    wrong.cell_id,
+                    f"this wrong answer ({wrong.why}) passes every grader of the exercise; make "
+                    "a grader catch it",
+                )
+            )
     return problems
 
 
@@ -149,31 +174,46 @@ def validate_labs(
             warnings.append(f"lab {lab.name}: no grader cells (a placeholder?); nothing to check")
             continue
         if not any(g.has_hidden for g in lab.graders):
-            warnings.append(f"lab {lab.name}: no grader has hidden tests; add one "
-                            "(### BEGIN HIDDEN TESTS ... ### END HIDDEN TESTS)")
+            warnings.append(
+                f"lab {lab.name}: no grader has hidden tests; add one "
+                "(### BEGIN HIDDEN TESTS ... ### END HIDDEN TESTS)"
+            )
         runnable.append((lab, released))
     runs: dict[tuple[str, str], Path] = {}  # (lab, "source" | "release" | "wrong:ID") -> path
     with tempfile.TemporaryDirectory(prefix="mlinfra-validate-") as tmp:
         for k, (lab, released) in enumerate(runnable):
-            notebooks = {"source": source_run(lab.notebook, lab.graders),
-                         "release": restore_graders(released, lab)[0]}
+            notebooks = {
+                "source": source_run(lab.notebook, lab.graders),
+                "release": restore_graders(released, lab)[0],
+            }
             for wrong in lab.wrong_answers:
-                notebooks[f"wrong:{wrong.cell_id}"] = variant_notebook(lab.notebook, lab.graders, wrong)
+                notebooks[f"wrong:{wrong.cell_id}"] = variant_notebook(
+                    lab.notebook, lab.graders, wrong
+                )
             for j, (run, nb) in enumerate(notebooks.items()):
                 target = Path(tmp) / f"{k:03d}" / f"{j:03d}" / f"{lab.name}.ipynb"
                 target.parent.mkdir(parents=True)
                 nbformat.write(nb, str(target))
                 runs[lab.name, run] = target.resolve()
-        outcomes = run_notebooks(list(runs.values()), config, progress=(
-            f"validating {len(runnable)} labs ({len(runs)} notebooks)"
-            if progress and runs else None))
+        outcomes = run_notebooks(
+            list(runs.values()),
+            config,
+            progress=(
+                f"validating {len(runnable)} labs ({len(runs)} notebooks)"
+                if progress and runs
+                else None
+            ),
+        )
     checked = []
     for lab, _ in runnable:
         found = _missing_wrong_answers(lab) + _check(
-            lab, lambda run, lab=lab: outcomes.get(runs[lab.name, run], {}))
+            lab, lambda run, lab=lab: outcomes.get(runs[lab.name, run], {})
+        )
         problems += found
         if not found:
-            checked.append(f"lab {lab.name}: {len(lab.graders)} grader cells pass on the "
-                           f"source and fail on the release and on {len(lab.wrong_answers)} "
-                           "wrong answers")
+            checked.append(
+                f"lab {lab.name}: {len(lab.graders)} grader cells pass on the "
+                f"source and fail on the release and on {len(lab.wrong_answers)} "
+                "wrong answers"
+            )
     return ValidationReport(tuple(checked), tuple(problems), tuple(warnings), config)

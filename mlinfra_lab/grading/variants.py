@@ -72,10 +72,14 @@ def is_wrong_answer(cell: Any) -> bool:
 
 
 def _solution_cells(nb: Any, exercise: str) -> list[str]:
-    return [cell.get("id") for i, cell in enumerate(nb.cells)
-            if cell.get("cell_type") == "code" and not is_wrong_answer(cell)
-            and any(ln.strip() == SOLUTION_BEGIN for ln in cell.get("source", "").splitlines())
-            and solution_exercise(nb, i) == exercise]
+    return [
+        cell.get("id")
+        for i, cell in enumerate(nb.cells)
+        if cell.get("cell_type") == "code"
+        and not is_wrong_answer(cell)
+        and any(ln.strip() == SOLUTION_BEGIN for ln in cell.get("source", "").splitlines())
+        and solution_exercise(nb, i) == exercise
+    ]
 
 
 def _replaced(nb: Any, meta: dict, exercise: str, last_grader: int, where: str) -> str:
@@ -84,21 +88,29 @@ def _replaced(nb: Any, meta: dict, exercise: str, last_grader: int, where: str) 
     if replaces is None:
         solutions = _solution_cells(nb, exercise)
         if len(solutions) != 1 or not solutions[0]:
-            raise MarkerError(f"{where}: exercise '{exercise}' has {len(solutions)} solution "
-                              "cells with an id; say which cell this wrong answer replaces "
-                              "with metadata 'replaces': CELL_ID")
+            raise MarkerError(
+                f"{where}: exercise '{exercise}' has {len(solutions)} solution "
+                "cells with an id; say which cell this wrong answer replaces "
+                "with metadata 'replaces': CELL_ID"
+            )
         replaces = solutions[0]
     index = next((i for i, c in enumerate(nb.cells) if c.get("id") == replaces), None)
     if not isinstance(replaces, str) or index is None:
-        raise MarkerError(f"{where}: metadata 'replaces' is {replaces!r}, which is not the id "
-                          "of a cell of this notebook")
+        raise MarkerError(
+            f"{where}: metadata 'replaces' is {replaces!r}, which is not the id "
+            "of a cell of this notebook"
+        )
     cell = nb.cells[index]
     if cell.get("cell_type") != "code" or is_grader(cell) or is_wrong_answer(cell):
-        raise MarkerError(f"{where}: 'replaces' names cell {replaces}, which is not a code "
-                          "cell of the student's (a grader, a markdown or a wrong-answer cell)")
+        raise MarkerError(
+            f"{where}: 'replaces' names cell {replaces}, which is not a code "
+            "cell of the student's (a grader, a markdown or a wrong-answer cell)"
+        )
     if index > last_grader:
-        raise MarkerError(f"{where}: 'replaces' names cell {replaces}, which comes after the "
-                          f"last grader of exercise '{exercise}', so no grader would test it")
+        raise MarkerError(
+            f"{where}: 'replaces' names cell {replaces}, which comes after the "
+            f"last grader of exercise '{exercise}', so no grader would test it"
+        )
     return replaces
 
 
@@ -115,24 +127,30 @@ def wrong_answers(nb: Any, lab: str, graders: Sequence[GraderCell]) -> list[Wron
         cell_id = cell.get("id")
         where = f"{lab}: wrong-answer cell {cell_id or f'#{index}'}"
         if cell.get("cell_type") != "raw":
-            raise MarkerError(f"{where} is a {cell.get('cell_type')} cell; make it a raw cell "
-                              "(cell type 'raw') so that running the source never executes it")
+            raise MarkerError(
+                f"{where} is a {cell.get('cell_type')} cell; make it a raw cell "
+                "(cell type 'raw') so that running the source never executes it"
+            )
         if not cell_id or cell_id in seen:
-            raise MarkerError(f"{where}: needs an id of its own (nbformat >= 4.5), so that "
-                              "validate can name it")
+            raise MarkerError(
+                f"{where}: needs an id of its own (nbformat >= 4.5), so that validate can name it"
+            )
         seen.add(cell_id)
         meta = cell.get("metadata", {})
         exercise, why = meta.get("exercise"), meta.get("why")
         if not isinstance(exercise, str) or exercise.strip() not in last_grader:
-            raise MarkerError(f"{where}: metadata 'exercise' is {exercise!r}, which no grader "
-                              f"cell grades; use one of {sorted(last_grader)}")
+            raise MarkerError(
+                f"{where}: metadata 'exercise' is {exercise!r}, which no grader "
+                f"cell grades; use one of {sorted(last_grader)}"
+            )
         exercise = exercise.strip()
         if not isinstance(why, str) or not why.strip():
-            raise MarkerError(f"{where}: metadata 'why' must say in one line what the mistake "
-                              "is (validate prints it when the graders miss it)")
+            raise MarkerError(
+                f"{where}: metadata 'why' must say in one line what the mistake "
+                "is (validate prints it when the graders miss it)"
+            )
         replaces = _replaced(nb, meta, exercise, last_grader[exercise], where)
-        found.append(WrongAnswer(cell_id, exercise, why.strip(), replaces,
-                                 cell.get("source", "")))
+        found.append(WrongAnswer(cell_id, exercise, why.strip(), replaces, cell.get("source", "")))
     return found
 
 

@@ -37,8 +37,9 @@ def default_sizes(max_bytes: int = 256 * 2**20, min_bytes: int = 8, factor: int 
     return sizes
 
 
-def allreduce_bench(sizes: list[int], iters: int = 10, warmup: int = 2,
-                    link_mbps: float = 0.0) -> list[dict[str, Any]]:
+def allreduce_bench(
+    sizes: list[int], iters: int = 10, warmup: int = 2, link_mbps: float = 0.0
+) -> list[dict[str, Any]]:
     """Time a float32 all-reduce (sum) of each size in `sizes` (bytes) on the current group.
 
     `link_mbps` (CPU only) emulates the same capped link as `RunConfig.link_mbps`: each
@@ -76,8 +77,15 @@ def allreduce_bench(sizes: list[int], iters: int = 10, warmup: int = 2,
             seconds = (time.perf_counter() - t0) / iters
         size = x.numel() * 4
         algbw = size / seconds
-        rows.append({"bytes": size, "time_s": seconds, "algbw": algbw,
-                     "busbw": algbw * 2 * (n - 1) / n, "world_size": n})
+        rows.append(
+            {
+                "bytes": size,
+                "time_s": seconds,
+                "algbw": algbw,
+                "busbw": algbw * 2 * (n - 1) / n,
+                "world_size": n,
+            }
+        )
     return rows
 
 
@@ -132,8 +140,10 @@ def fit_alpha_beta(results: list[dict[str, Any]], world_size: int | None = None)
         # Noisy timings (small messages on a busy machine) can tilt the line below zero;
         # a cost cannot be negative, so take the best fit with that term pinned at zero.
         latency, per_byte = min(
-            ((float(np.sum(t * w * w) / np.sum(w * w)), 0.0),  # latency only
-             (0.0, float(np.sum(x * t * w * w) / np.sum(x * x * w * w)))),  # bandwidth only
+            (
+                (float(np.sum(t * w * w) / np.sum(w * w)), 0.0),  # latency only
+                (0.0, float(np.sum(x * t * w * w) / np.sum(x * x * w * w))),  # bandwidth only
+            ),
             key=lambda c: float(np.sum(((c[0] + c[1] * x - t) * w) ** 2)),
         )
     predicted = latency + per_byte * x
@@ -142,5 +152,6 @@ def fit_alpha_beta(results: list[dict[str, Any]], world_size: int | None = None)
     if n and n >= 2:
         alpha = float(latency) / (2 * (n - 1))
         beta = float(per_byte) / (2 * (n - 1) / n)
-    return AlphaBetaFit(float(latency), float(per_byte), n, alpha, beta,
-                        float(np.max(np.abs(predicted - t) / t)))
+    return AlphaBetaFit(
+        float(latency), float(per_byte), n, alpha, beta, float(np.max(np.abs(predicted - t) / t))
+    )

@@ -27,20 +27,31 @@ def _profile(args: argparse.Namespace) -> int:
     from mlinfra_lab.scaling.config import RunConfig
     from mlinfra_lab.scaling.launch import profile
 
-    changes = {"steps": args.steps, "trace": args.trace, "backend": args.backend,
-               "timeout_s": args.timeout}
+    changes = {
+        "steps": args.steps,
+        "trace": args.trace,
+        "backend": args.backend,
+        "timeout_s": args.timeout,
+    }
     if args.batch:
         changes["batch"] = args.batch
-    config = (RunConfig.for_gpu(**changes) if args.gpu else RunConfig(**changes))
+    config = RunConfig.for_gpu(**changes) if args.gpu else RunConfig(**changes)
     config = config.with_faults(*(args.inject or []))
     if args.nproc < 1:
         raise CommandError("--nproc must be at least 1")
     result = profile(config, args.nproc, out=args.out)
     b = result.breakdown()
-    print(f"{args.nproc} ranks, {result.rank_batch}/rank: step {result.step_time() * 1e3:.1f} ms,"
-          f" {result.throughput():.0f} samples/s, communication share {result.comm_share():.0%}")
-    print("  " + "  ".join(f"{k} {b[k] * 1e3:.1f} ms" for k in
-                           ("data_wait", "forward", "backward", "exposed_comm", "optimizer")))
+    print(
+        f"{args.nproc} ranks, {result.rank_batch}/rank: step {result.step_time() * 1e3:.1f} ms,"
+        f" {result.throughput():.0f} samples/s, communication share {result.comm_share():.0%}"
+    )
+    print(
+        "  "
+        + "  ".join(
+            f"{k} {b[k] * 1e3:.1f} ms"
+            for k in ("data_wait", "forward", "backward", "exposed_comm", "optimizer")
+        )
+    )
     print(f"wrote {args.out}")
     return 0
 
@@ -69,18 +80,27 @@ def _allreduce(args: argparse.Namespace) -> int:
     rows = run_allreduce_bench(args.nproc, sizes, iters=args.iters, backend=args.backend)
     print(f"{'bytes':>12} {'time (us)':>12} {'algbw GB/s':>11} {'busbw GB/s':>11}")
     for r in rows:
-        print(f"{r['bytes']:>12} {r['time_s'] * 1e6:>12.1f} {r['algbw'] / 1e9:>11.3f} "
-              f"{r['busbw'] / 1e9:>11.3f}")
+        print(
+            f"{r['bytes']:>12} {r['time_s'] * 1e6:>12.1f} {r['algbw'] / 1e9:>11.3f} "
+            f"{r['busbw'] / 1e9:>11.3f}"
+        )
     fit = fit_alpha_beta(rows)
-    print(f"fit: latency {fit.latency_s * 1e6:.1f} us, {fit.per_byte_s * 1e9:.4f} ns/byte "
-          f"(worst relative error {fit.max_rel_error:.0%})")
+    print(
+        f"fit: latency {fit.latency_s * 1e6:.1f} us, {fit.per_byte_s * 1e9:.4f} ns/byte "
+        f"(worst relative error {fit.max_rel_error:.0%})"
+    )
     env = environment()
     path = args.out
     if path is None and args.bench:  # `bench scaling` always writes its result
         path = default_out(device_label(env["device"]), "scaling", env["date"])
     if path:
-        out = {"kind": "allreduce", "nproc": args.nproc, "environment": env,
-               "rows": rows, "fit": fit.as_dict()}
+        out = {
+            "kind": "allreduce",
+            "nproc": args.nproc,
+            "environment": env,
+            "rows": rows,
+            "fit": fit.as_dict(),
+        }
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(out, indent=1))
         print(f"wrote {path}")
@@ -111,32 +131,50 @@ def _add_allreduce_args(p: argparse.ArgumentParser, out_help: str, bench: bool) 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``scaling ...`` and ``bench scaling``."""
     scaling = commands.add_parser(
-        "scaling", help="profile DDP scaling, benchmark all-reduce, diagnose a slowdown",
+        "scaling",
+        help="profile DDP scaling, benchmark all-reduce, diagnose a slowdown",
         description="Why did more GPUs give less speedup? Profile runs at two scales "
-                    "(with injectable faults), then diagnose the pair.")
+        "(with injectable faults), then diagnose the pair.",
+    )
     sub = scaling.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    p = sub.add_parser("profile", help="run the profiled DDP loop on N local ranks",
-                       description="Run DDP on N local ranks (gloo on CPU, NCCL on GPU) and "
-                                   "record per rank and step: data wait, forward, backward, "
-                                   "exposed communication, optimizer.")
+    p = sub.add_parser(
+        "profile",
+        help="run the profiled DDP loop on N local ranks",
+        description="Run DDP on N local ranks (gloo on CPU, NCCL on GPU) and "
+        "record per rank and step: data wait, forward, backward, "
+        "exposed communication, optimizer.",
+    )
     p.add_argument("--nproc", type=int, default=2, help="number of ranks (default 2)")
     p.add_argument("--steps", type=int, default=8, help="timed steps (default 8)")
     p.add_argument("--batch", type=int, help="per-rank batch (default: the config's)")
     p.add_argument("--inject", action="append", metavar="FAULT", help=_FAULT_HELP)
     p.add_argument("--out", required=True, help="result file (JSON)")
-    p.add_argument("--trace", action="store_true",
-                   help="also write a torch.profiler trace of rank 0 (OUT.trace.json)")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="also write a torch.profiler trace of rank 0 (OUT.trace.json)",
+    )
     p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
-    p.add_argument("--gpu", action="store_true",
-                   help="GPU config: no emulated device time or link, a larger model")
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="seconds without progress before a rank is reported lost (120)")
+    p.add_argument(
+        "--gpu",
+        action="store_true",
+        help="GPU config: no emulated device time or link, a larger model",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds without progress before a rank is reported lost (120)",
+    )
     p.set_defaults(func=_profile)
 
-    d = sub.add_parser("diagnose", help="compare a small and a large run, name the cause",
-                       description="Compare two run files and name the primary cause of the "
-                                   "lost scaling efficiency, with evidence.")
+    d = sub.add_parser(
+        "diagnose",
+        help="compare a small and a large run, name the cause",
+        description="Compare two run files and name the primary cause of the "
+        "lost scaling efficiency, with evidence.",
+    )
     d.add_argument("small", help="run file at the smaller world size")
     d.add_argument("large", help="run file at the larger world size")
     d.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
@@ -152,5 +190,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     n.set_defaults(func=_nccl_log)
 
     b = bench.add_parser("scaling", help="all-reduce bandwidth sweep and alpha-beta fit")
-    _add_allreduce_args(b, "result JSON file: the rows and the alpha-beta fit (default: "
-                        "benchmarks/results/DEVICE-scaling-YYYY-MM-DD.json)", True)
+    _add_allreduce_args(
+        b,
+        "result JSON file: the rows and the alpha-beta fit (default: "
+        "benchmarks/results/DEVICE-scaling-YYYY-MM-DD.json)",
+        True,
+    )

@@ -139,7 +139,7 @@ def counting_hook(inner: Callable[[Any, Any], Any], count: _Count) -> Callable[[
     inside `count_allreduce_bytes()`, which counts what `inner` actually sends.
     """
 
-    def hook(state, bucket):  # noqa: ANN001, ANN202 (DDP rejects string annotations)
+    def hook(state, bucket):  # noqa: ANN001 (DDP rejects string annotations)
         tensor = bucket.buffer()
         count.add(tensor.numel() * tensor.element_size(), bucket=True)
         return inner(state, bucket)
@@ -156,12 +156,17 @@ def _hook_and_state(name: str, process_group: Any) -> tuple[Callable[[Any, Any],
     if name == "fp16":
         return default.fp16_compress_hook, process_group
     if name.startswith("powersgd-") and name[9:].isdigit() and int(name[9:]) >= 1:
-        state = powersgd.PowerSGDState(process_group=process_group,
-                                       matrix_approximation_rank=int(name[9:]),
-                                       start_powerSGD_iter=POWERSGD_START, random_seed=0)
+        state = powersgd.PowerSGDState(
+            process_group=process_group,
+            matrix_approximation_rank=int(name[9:]),
+            start_powerSGD_iter=POWERSGD_START,
+            random_seed=0,
+        )
         return powersgd.powerSGD_hook, state
-    raise UnknownHookError(f"unknown comm hook {name!r}: use one of {', '.join(HOOKS)} "
-                           "(powersgd-R for any rank R >= 1)")
+    raise UnknownHookError(
+        f"unknown comm hook {name!r}: use one of {', '.join(HOOKS)} "
+        "(powersgd-R for any rank R >= 1)"
+    )
 
 
 def measure_hook(name: str, config: RunConfig) -> CompressionRow:
@@ -200,14 +205,23 @@ def measure_hook(name: str, config: RunConfig) -> CompressionRow:
                     p -= 1e-2 * p.grad
     got = torch.cat([p.grad.flatten() for p in model.parameters()])
     error = float((got - exact).norm() / exact.norm())
-    return CompressionRow(hook=name, world_size=world, gradient_bytes=bucket_bytes,
-                          sent_bytes=sent, calls=calls, wire_bytes=ring_wire_bytes(sent, world),
-                          relative_error=error)
+    return CompressionRow(
+        hook=name,
+        world_size=world,
+        gradient_bytes=bucket_bytes,
+        sent_bytes=sent,
+        calls=calls,
+        wire_bytes=ring_wire_bytes(sent, world),
+        relative_error=error,
+    )
 
 
-def compression_bench(hooks: tuple[str, ...] = HOOKS, nproc: int = 2,
-                      config: RunConfig | None = None,
-                      show_progress: bool = False) -> list[CompressionRow]:
+def compression_bench(
+    hooks: tuple[str, ...] = HOOKS,
+    nproc: int = 2,
+    config: RunConfig | None = None,
+    show_progress: bool = False,
+) -> list[CompressionRow]:
     """Each hook of `hooks` on `nproc` local gloo ranks; rank 0's rows, in order."""
     from mlinfra_lab.scaling.launch import _run_group
 

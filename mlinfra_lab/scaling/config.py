@@ -131,9 +131,17 @@ class RunConfig:
     @classmethod
     def for_gpu(cls, **changes: Any) -> RunConfig:
         """No emulation: real kernels and the real interconnect, a model big enough to time."""
-        base = dict(hidden=4096, layers=8, batch=64, device_overhead_ms=0.0,
-                    device_us_per_sample=0.0, link_mbps=0.0, bucket_mb=25.0, steps=20,
-                    warmup=5)
+        base = dict(
+            hidden=4096,
+            layers=8,
+            batch=64,
+            device_overhead_ms=0.0,
+            device_us_per_sample=0.0,
+            link_mbps=0.0,
+            bucket_mb=25.0,
+            steps=20,
+            warmup=5,
+        )
         base.update(changes)
         return cls(**base)
 

@@ -28,8 +28,7 @@ __all__ = ["loader_bench", "shared_source_bench"]
 class _SlowBatches:
     """Map-style dataset of `n` synthetic batches, each taking `delay_s` to produce."""
 
-    def __init__(self, n: int, batch: int, hidden: int, delay_s: float,
-                 lock: Any = None) -> None:
+    def __init__(self, n: int, batch: int, hidden: int, delay_s: float, lock: Any = None) -> None:
         self.n, self.batch, self.hidden, self.delay_s, self.lock = n, batch, hidden, delay_s, lock
 
     def __len__(self) -> int:
@@ -47,8 +46,13 @@ class _SlowBatches:
         return torch.randn(self.batch, self.hidden, generator=g)  # (B, hidden)
 
 
-def loader_bench(workers: list[int], batches: int = 16, ms_per_batch: float = 10.0,
-                 batch: int = 32, hidden: int = 64) -> list[dict[str, Any]]:
+def loader_bench(
+    workers: list[int],
+    batches: int = 16,
+    ms_per_batch: float = 10.0,
+    batch: int = 32,
+    hidden: int = 64,
+) -> list[dict[str, Any]]:
     """Samples/s of a DataLoader alone at each worker count (0 = in the main process)."""
     import torch
 
@@ -57,21 +61,28 @@ def loader_bench(workers: list[int], batches: int = 16, ms_per_batch: float = 10
     rows = []
     for w in workers:
         data = _SlowBatches(batches, batch, hidden, ms_per_batch / 1e3)
-        loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=w,
-                                             prefetch_factor=2 if w else None)
+        loader = torch.utils.data.DataLoader(
+            data, batch_size=None, num_workers=w, prefetch_factor=2 if w else None
+        )
         skip = max(1, w)  # steady state: start the clock once every worker has delivered
         t0 = 0.0
         for i, _ in enumerate(loader):
             if i == skip - 1:
                 t0 = time.perf_counter()
         rate = (batches - skip) * batch / (time.perf_counter() - t0)
-        rows.append({"workers": w, "readers": 1, "samples_per_s": rate,
-                     "aggregate_samples_per_s": rate})
+        rows.append(
+            {"workers": w, "readers": 1, "samples_per_s": rate, "aggregate_samples_per_s": rate}
+        )
     return rows
 
 
-def shared_source_bench(readers: list[int], batches: int = 8, ms_per_batch: float = 10.0,
-                        batch: int = 32, shared: bool = True) -> list[dict[str, Any]]:
+def shared_source_bench(
+    readers: list[int],
+    batches: int = 8,
+    ms_per_batch: float = 10.0,
+    batch: int = 32,
+    shared: bool = True,
+) -> list[dict[str, Any]]:
     """Aggregate samples/s when `r` readers (threads) share one serialised source.
 
     With ``shared=False`` each reader has its own source: the aggregate then grows with r.
@@ -93,7 +104,13 @@ def shared_source_bench(readers: list[int], batches: int = 8, ms_per_batch: floa
             t.join()
         seconds = time.perf_counter() - t0
         total = r * batches * batch
-        rows.append({"workers": 0, "readers": r, "shared": shared,
-                     "samples_per_s": total / seconds / r,
-                     "aggregate_samples_per_s": total / seconds})
+        rows.append(
+            {
+                "workers": 0,
+                "readers": r,
+                "shared": shared,
+                "samples_per_s": total / seconds / r,
+                "aggregate_samples_per_s": total / seconds,
+            }
+        )
     return rows

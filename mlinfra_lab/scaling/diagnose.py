@@ -48,14 +48,14 @@ TRANSPORT_DROP = 0.5  # in-job busbw below half the small run's: the transport d
 
 _ADVICE = {
     "communication": "overlap and bucket the all-reduce, compress gradients, or raise the "
-                     "per-GPU work so compute hides communication",
+    "per-GPU work so compute hides communication",
     "data_loading": "add loader workers, shard/cache the dataset per node, prefetch",
     "straggler": "find the slow rank's host (thermals, clocks, a noisy neighbour) and "
-                 "replace or exclude it",
+    "replace or exclude it",
     "small_batch": "raise the global batch with the world size (with a learning-rate "
-                   "schedule that allows it) so each GPU keeps an efficient batch",
+    "schedule that allows it) so each GPU keeps an efficient batch",
     "transport": "fix the interconnect configuration (RDMA/IB, NCCL_IB_*, NCCL_SOCKET_IFNAME,"
-                 " P2P) so NCCL does not fall back to TCP or host memory",
+    " P2P) so NCCL does not fall back to TCP or host memory",
     "none": "scaling is healthy or the loss is not attributable; keep tracking efficiency",
 }
 
@@ -131,10 +131,16 @@ def _x(v: float | None) -> str:
 
 def _facts(run: RunResult) -> dict[str, Any]:
     b = run.breakdown()
-    return {"b": b, "n": run.rank_batch, "step": run.step_time(),
-            "compute": b["forward"] + b["backward"] + b["optimizer"],
-            "data": b["data_wait"], "comm": b["exposed_comm"],
-            "scores": run.straggler_scores(), "rank_compute": run.compute_per_rank()}
+    return {
+        "b": b,
+        "n": run.rank_batch,
+        "step": run.step_time(),
+        "compute": b["forward"] + b["backward"] + b["optimizer"],
+        "data": b["data_wait"],
+        "comm": b["exposed_comm"],
+        "scores": run.straggler_scores(),
+        "rank_compute": run.compute_per_rank(),
+    }
 
 
 def _skew(run: RunResult) -> float:
@@ -150,8 +156,11 @@ def scaling_efficiency(small_run: Any, large_run: Any) -> float:
     return (large.throughput() / small.throughput()) / (large.world_size / small.world_size)
 
 
-def diagnose(small_run: Any, large_run: Any, nccl_log: str | NcclTransport | None = None,
-             ) -> Diagnosis:
+def diagnose(
+    small_run: Any,
+    large_run: Any,
+    nccl_log: str | NcclTransport | None = None,
+) -> Diagnosis:
     """Compare a small-scale and a large-scale run (paths, dicts or `RunResult`s).
 
     `nccl_log` is the text (or parsed form) of the large run's ``NCCL_DEBUG=INFO`` log.
@@ -176,8 +185,9 @@ def diagnose(small_run: Any, large_run: Any, nccl_log: str | NcclTransport | Non
         return max(f["rank_compute"]) - mid
 
     worst = max(range(large.world_size), key=lambda r: lg["scores"][r])
-    straggling = (lg["scores"][worst] >= STRAGGLER_SCORE
-                  and excess(lg) >= STRAGGLER_MIN_SHARE * lg["step"])
+    straggling = (
+        lg["scores"][worst] >= STRAGGLER_SCORE and excess(lg) >= STRAGGLER_MIN_SHARE * lg["step"]
+    )
     d_straggler = max(0.0, excess(lg) - excess(s)) / lg["n"] if straggling else 0.0
     # Data skew: ranks that got their batch early wait for the late ones inside the
     # all-reduce; that wait belongs to the loader, not to communication.
@@ -189,39 +199,68 @@ def diagnose(small_run: Any, large_run: Any, nccl_log: str | NcclTransport | Non
     shrank = large.rank_batch < small.rank_batch  # step 2
     amplified = max(0.0, lg["comm"] - s["comm"]) * spread if shrank else 0.0
     d_comm = max(0.0, (lg["comm"] - s["comm"]) / lg["n"] - amplified - d_straggler - skew)
-    transport = nccl_log if isinstance(nccl_log, NcclTransport) else (
-        parse_nccl_log(nccl_log) if nccl_log else None)
+    transport = (
+        nccl_log
+        if isinstance(nccl_log, NcclTransport)
+        else (parse_nccl_log(nccl_log) if nccl_log else None)
+    )
     bw_small, bw_large = small.busbw(), large.busbw()
     bw_drop = bool(bw_small and bw_large and bw_large < TRANSPORT_DROP * bw_small)
     slow_transport = bw_drop or bool(transport and transport.slow)
     d_data = max(0.0, (lg["data"] - s["data"]) / lg["n"]) + skew  # step 1b
-    d_batch = max(0.0, s["step"] * spread + (lg["compute"] - s["compute"]) / lg["n"]
-                  + amplified - d_straggler) if shrank else 0.0
+    d_batch = (
+        max(
+            0.0,
+            s["step"] * spread + (lg["compute"] - s["compute"]) / lg["n"] + amplified - d_straggler,
+        )
+        if shrank
+        else 0.0
+    )
     s["per_sample"], lg["per_sample"] = s["compute"] / s["n"], lg["compute"] / lg["n"]
 
     hyps = [
-        Hypothesis("communication", 0.0 if slow_transport else d_comm / lost,
-                   f"exposed all-reduce per sample grew by {_ms(d_comm)} ms; share "
-                   f"{_pct(small.comm_share())} -> {_pct(large.comm_share())}"),
-        Hypothesis("transport", d_comm / lost if slow_transport else 0.0,
-                   f"in-job busbw {_mbs(bw_small)} -> {_mbs(bw_large)} MB/s"
-                   + (f"; NCCL: {transport.verdict}" if transport else "")),
-        Hypothesis("data_loading", d_data / lost,
-                   f"data wait per sample grew by {_ms(d_data)} ms; loader headroom "
-                   f"{_x(large.loader_headroom())}x at the large scale"),
-        Hypothesis("straggler", d_straggler / lost,
-                   f"rank {worst} computes {lg['scores'][worst]:.2f}x the median rank"),
-        Hypothesis("small_batch", d_batch / lost,
-                   f"per-rank batch {small.rank_batch} -> {large.rank_batch}; compute per "
-                   f"sample {_ms(s['per_sample'])} -> {_ms(lg['per_sample'])} ms"),
+        Hypothesis(
+            "communication",
+            0.0 if slow_transport else d_comm / lost,
+            f"exposed all-reduce per sample grew by {_ms(d_comm)} ms; share "
+            f"{_pct(small.comm_share())} -> {_pct(large.comm_share())}",
+        ),
+        Hypothesis(
+            "transport",
+            d_comm / lost if slow_transport else 0.0,
+            f"in-job busbw {_mbs(bw_small)} -> {_mbs(bw_large)} MB/s"
+            + (f"; NCCL: {transport.verdict}" if transport else ""),
+        ),
+        Hypothesis(
+            "data_loading",
+            d_data / lost,
+            f"data wait per sample grew by {_ms(d_data)} ms; loader headroom "
+            f"{_x(large.loader_headroom())}x at the large scale",
+        ),
+        Hypothesis(
+            "straggler",
+            d_straggler / lost,
+            f"rank {worst} computes {lg['scores'][worst]:.2f}x the median rank",
+        ),
+        Hypothesis(
+            "small_batch",
+            d_batch / lost,
+            f"per-rank batch {small.rank_batch} -> {large.rank_batch}; compute per "
+            f"sample {_ms(s['per_sample'])} -> {_ms(lg['per_sample'])} ms",
+        ),
     ]
     hyps.sort(key=lambda h: h.explained, reverse=True)
     best = hyps[0]
     if efficiency >= GOOD_EFFICIENCY or best.explained < MIN_EXPLAINED:
         unexplained = max(0.0, 1 - sum(h.explained for h in hyps))
-        hyps.append(Hypothesis("none", unexplained,
-                               "loss not explained by the phases above (e.g. compute slowed "
-                               "at the same batch: shared cores, clocks)"))
+        hyps.append(
+            Hypothesis(
+                "none",
+                unexplained,
+                "loss not explained by the phases above (e.g. compute slowed "
+                "at the same batch: shared cores, clocks)",
+            )
+        )
         primary = "none"
     else:
         primary = best.cause

@@ -131,8 +131,9 @@ def environment() -> dict[str, Any]:
     }
 
 
-def run_rank(config: RunConfig, out_trace: str | None = None,
-             heartbeat: Heartbeat | None = None) -> dict[str, Any]:
+def run_rank(
+    config: RunConfig, out_trace: str | None = None, heartbeat: Heartbeat | None = None
+) -> dict[str, Any]:
     """Train on this rank and return its record: per-step phase times and loader rate."""
     rank, world = dist.get_rank(), dist.get_world_size()
     cuda = dist.get_backend() == "nccl"
@@ -154,9 +155,15 @@ def run_rank(config: RunConfig, out_trace: str | None = None,
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
 
     total = config.warmup + config.steps
-    data = SyntheticBatches(total + config.loader_probe_batches, batch, config.hidden,
-                            config.seed, rank, slow.get("ms") / 1e3 if slow else 0.0,
-                            shared_lock_path())
+    data = SyntheticBatches(
+        total + config.loader_probe_batches,
+        batch,
+        config.hidden,
+        config.seed,
+        rank,
+        slow.get("ms") / 1e3 if slow else 0.0,
+        shared_lock_path(),
+    )
     loader = iter(torch.utils.data.DataLoader(data, batch_size=None, shuffle=False))
 
     # Step 1b: the loader alone, all ranks at once (a shared source shows its limit here).
@@ -204,22 +211,28 @@ def run_rank(config: RunConfig, out_trace: str | None = None,
                 continue
             ready = timer.last_ready if timer.last_ready is not None else m3
             buckets = [[clock.seconds(m0, s), clock.seconds(m0, e)] for s, e, _ in timer.buckets]
-            steps.append({
-                "data_wait": clock.seconds(m0, m1),
-                "forward": clock.seconds(m1, m2),
-                "backward": clock.seconds(m2, ready),
-                "exposed_comm": clock.seconds(ready, m3),
-                "optimizer": clock.seconds(m3, m4),
-                "step": wall,
-                "comm_total": _busy(buckets),
-                "buckets_s": buckets,
-                "comm_bytes": float(sum(b for _, _, b in timer.buckets)),
-                "loss": float(loss.detach()),
-            })
+            steps.append(
+                {
+                    "data_wait": clock.seconds(m0, m1),
+                    "forward": clock.seconds(m1, m2),
+                    "backward": clock.seconds(m2, ready),
+                    "exposed_comm": clock.seconds(ready, m3),
+                    "optimizer": clock.seconds(m3, m4),
+                    "step": wall,
+                    "comm_total": _busy(buckets),
+                    "buckets_s": buckets,
+                    "comm_bytes": float(sum(b for _, _, b in timer.buckets)),
+                    "loss": float(loss.detach()),
+                }
+            )
     beat(total, PHASE_CODES["done"])
-    record: dict[str, Any] = {"rank": rank, "batch": batch, "steps": steps,
-                              "loader_samples_per_s": loader_rate,
-                              "buckets": len(timer.buckets)}
+    record: dict[str, Any] = {
+        "rank": rank,
+        "batch": batch,
+        "steps": steps,
+        "loader_samples_per_s": loader_rate,
+        "buckets": len(timer.buckets),
+    }
     if profiler is not None and out_trace:
         from mlinfra_lab.scaling.trace import summarise_trace
 
@@ -245,13 +258,16 @@ def _profiler(cuda: bool, config: RunConfig) -> Any:
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     warm = min(1, config.warmup)
-    return profile(activities=activities, record_shapes=True,
-                   schedule=schedule(wait=config.warmup - warm, warmup=warm,
-                                     active=config.steps, repeat=1))
+    return profile(
+        activities=activities,
+        record_shapes=True,
+        schedule=schedule(wait=config.warmup - warm, warmup=warm, active=config.steps, repeat=1),
+    )
 
 
-def assemble(config: RunConfig, world_size: int, backend: str,
-             ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def assemble(
+    config: RunConfig, world_size: int, backend: str, ranks: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The result file's content from every rank's record."""
     ranks = sorted(ranks, key=lambda r: r["rank"])
     return {
@@ -271,7 +287,7 @@ class BackendError(MlinfraError, ValueError):
 
 
 def resolve_backend(requested: str, ranks_per_host: int = 1) -> str:
-    """"auto" -> nccl when every local rank can have a GPU of its own, else gloo.
+    """ "auto" -> nccl when every local rank can have a GPU of its own, else gloo.
 
     NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so two ranks on a one-GPU
     machine (a Colab, a laptop) run on gloo, on the CPU. Asking for nccl there raises.
@@ -282,7 +298,8 @@ def resolve_backend(requested: str, ranks_per_host: int = 1) -> str:
     if requested == "nccl" and ranks_per_host > gpus:
         raise BackendError(
             f"backend nccl needs one GPU per rank: {ranks_per_host} ranks, {gpus} GPU(s) here; "
-            f"use backend='gloo' (or 'auto'), or at most {gpus} ranks")
+            f"use backend='gloo' (or 'auto'), or at most {gpus} ranks"
+        )
     if requested not in ("gloo", "nccl"):
         raise BackendError(f"unknown backend {requested!r}: use 'auto', 'gloo' or 'nccl'")
     return requested

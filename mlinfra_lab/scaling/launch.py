@@ -66,15 +66,29 @@ def _forwarded_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED)}
 
 
-def _child(rank: int, world: int, port: int, job: str | Callable[[dict[str, Any]], Any],
-           payload: dict[str, Any], outdir: str, beats: Any, timeout_s: float, env: dict[str, str]) -> None:
+def _child(
+    rank: int,
+    world: int,
+    port: int,
+    job: str | Callable[[dict[str, Any]], Any],
+    payload: dict[str, Any],
+    outdir: str,
+    beats: Any,
+    timeout_s: float,
+    env: dict[str, str],
+) -> None:
     # The fork server was started with the environment of the first launch: replace its
     # communication settings with the launcher's current ones.
     for key in [k for k in os.environ if k.startswith(_FORWARDED) and k not in env]:
         del os.environ[key]
     os.environ.update(env)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
     import torch
     import torch.distributed as dist
 
@@ -83,7 +97,7 @@ def _child(rank: int, world: int, port: int, job: str | Callable[[dict[str, Any]
     torch.set_num_threads(1)
 
     def beat(step: int, phase: int) -> None:
-        beats[3 * rank: 3 * rank + 3] = [float(step), float(phase), time.time()]
+        beats[3 * rank : 3 * rank + 3] = [float(step), float(phase), time.time()]
 
     beat(-1, 0)
     backend = harness.resolve_backend(payload.get("backend", "auto"), world)
@@ -101,8 +115,9 @@ def _child(rank: int, world: int, port: int, job: str | Callable[[dict[str, Any]
         else:
             from mlinfra_lab.scaling.allreduce import allreduce_bench
 
-            record = allreduce_bench(payload["sizes"], payload["iters"], payload["warmup"],
-                                     payload.get("link_mbps", 0.0))
+            record = allreduce_bench(
+                payload["sizes"], payload["iters"], payload["warmup"], payload.get("link_mbps", 0.0)
+            )
         Path(outdir, f"rank{rank}.json").write_text(json.dumps(record))
         beat(10**9, len(_PHASES) - 1)
         dist.barrier()
@@ -113,8 +128,14 @@ def _child(rank: int, world: int, port: int, job: str | Callable[[dict[str, Any]
         dist.destroy_process_group()
 
 
-def _run_group(nproc: int, job: str | Callable[[dict[str, Any]], Any],
-               payload: dict[str, Any], timeout_s: float, total_steps: int, show_progress: bool) -> list[Any]:
+def _run_group(
+    nproc: int,
+    job: str | Callable[[dict[str, Any]], Any],
+    payload: dict[str, Any],
+    timeout_s: float,
+    total_steps: int,
+    show_progress: bool,
+) -> list[Any]:
     import torch.multiprocessing as mp
 
     from mlinfra_lab.scaling.harness import resolve_backend
@@ -128,17 +149,25 @@ def _run_group(nproc: int, job: str | Callable[[dict[str, Any]], Any],
         warnings.warn(
             f"{nproc} ranks on {cores} CPU cores: ranks will share cores and timings include "
             f"that contention; use --nproc {cores} or fewer for clean numbers",
-            OversubscribedWarning, stacklevel=3)
+            OversubscribedWarning,
+            stacklevel=3,
+        )
     ctx = mp.get_context("forkserver")
     # DDP's constructor imports torch._dynamo (seconds): import it once, in the server.
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo",
-                                "mlinfra_lab.scaling.harness"])
+    ctx.set_forkserver_preload(
+        ["torch", "torch.distributed", "torch._dynamo", "mlinfra_lab.scaling.harness"]
+    )
     beats = ctx.Array("d", [-1.0, 0.0, 0.0] * nproc, lock=False)
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="mlinfra-scaling-") as outdir:
-        procs = [ctx.Process(target=_child, args=(r, nproc, port, job, payload, outdir, beats,
-                                                  timeout_s, _forwarded_env()), daemon=True)
-                 for r in range(nproc)]
+        procs = [
+            ctx.Process(
+                target=_child,
+                args=(r, nproc, port, job, payload, outdir, beats, timeout_s, _forwarded_env()),
+                daemon=True,
+            )
+            for r in range(nproc)
+        ]
         for p in procs:
             p.start()
         try:
@@ -156,14 +185,15 @@ def _run_group(nproc: int, job: str | Callable[[dict[str, Any]], Any],
 
 
 def _describe(beats: Any, rank: int) -> str:
-    step, phase, _ = beats[3 * rank: 3 * rank + 3]
+    step, phase, _ = beats[3 * rank : 3 * rank + 3]
     if step < 0:
         return "before its first step"
     return f"at step {int(step)} ({_PHASES[min(int(phase), len(_PHASES) - 1)]})"
 
 
-def _watch(procs: list[Any], beats: Any, timeout_s: float, total_steps: int,
-           show_progress: bool) -> None:
+def _watch(
+    procs: list[Any], beats: Any, timeout_s: float, total_steps: int, show_progress: bool
+) -> None:
     from tqdm.auto import tqdm
 
     nproc = len(procs)
@@ -176,11 +206,13 @@ def _watch(procs: list[Any], beats: Any, timeout_s: float, total_steps: int,
                 return
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
-                first = min(failed, key=lambda r: (beats[3 * r], beats[3 * r + 1],
-                                                   beats[3 * r + 2]))
+                first = min(
+                    failed, key=lambda r: (beats[3 * r], beats[3 * r + 1], beats[3 * r + 2])
+                )
                 raise RankLostError(
                     f"rank {first} exited with code {codes[first]} {_describe(beats, first)}; "
-                    f"see its traceback above. The other ranks were stopped.")
+                    f"see its traceback above. The other ranks were stopped."
+                )
             last = [beats[3 * r + 2] or start for r in range(nproc)]
             if time.time() - max(last) > timeout_s:
                 # The others wait for it inside a collective, further along: the lost rank
@@ -189,7 +221,8 @@ def _watch(procs: list[Any], beats: Any, timeout_s: float, total_steps: int,
                 raise RankLostError(
                     f"rank {lost} stopped responding {_describe(beats, lost)}: no rank made "
                     f"progress for {timeout_s:g} s and rank {lost} is the least advanced. "
-                    f"Check that host/process (or raise the timeout).")
+                    f"Check that host/process (or raise the timeout)."
+                )
             done = int(min(beats[3 * r] for r in range(nproc)))
             bar.update(max(0, min(done, total_steps) - bar.n))
             time.sleep(0.05)
@@ -197,13 +230,20 @@ def _watch(procs: list[Any], beats: Any, timeout_s: float, total_steps: int,
         bar.close()
 
 
-def profile(config: RunConfig, nproc: int, out: str | Path | None = None,
-            show_progress: bool = True) -> RunResult:
+def profile(
+    config: RunConfig, nproc: int, out: str | Path | None = None, show_progress: bool = True
+) -> RunResult:
     """Run the profiled DDP loop on `nproc` local ranks; return (and optionally save) it."""
     from mlinfra_lab.scaling.harness import assemble, resolve_backend
 
-    records = _run_group(nproc, "profile", config.to_dict(), config.timeout_s,
-                         config.warmup + config.steps, show_progress)
+    records = _run_group(
+        nproc,
+        "profile",
+        config.to_dict(),
+        config.timeout_s,
+        config.warmup + config.steps,
+        show_progress,
+    )
     trace_text = records[0].pop("trace_text", None)
     if trace_text is not None and out is not None:
         records[0]["trace"]["path"] = Path(out).with_suffix(".trace.json").name
@@ -215,11 +255,22 @@ def profile(config: RunConfig, nproc: int, out: str | Path | None = None,
     return result
 
 
-def run_allreduce_bench(nproc: int, sizes: list[int], iters: int = 10, warmup: int = 2,
-                        backend: str = "auto", timeout_s: float = 120.0,
-                        show_progress: bool = True,
-                        link_mbps: float = 0.0) -> list[dict[str, float]]:
+def run_allreduce_bench(
+    nproc: int,
+    sizes: list[int],
+    iters: int = 10,
+    warmup: int = 2,
+    backend: str = "auto",
+    timeout_s: float = 120.0,
+    show_progress: bool = True,
+    link_mbps: float = 0.0,
+) -> list[dict[str, float]]:
     """The all-reduce sweep on `nproc` local ranks; rank 0's rows (see `allreduce_bench`)."""
-    payload = {"sizes": list(sizes), "iters": iters, "warmup": warmup, "backend": backend,
-               "link_mbps": link_mbps}
+    payload = {
+        "sizes": list(sizes),
+        "iters": iters,
+        "warmup": warmup,
+        "backend": backend,
+        "link_mbps": link_mbps,
+    }
     return _run_group(nproc, "allreduce", payload, timeout_s, 0, show_progress)[0]

@@ -137,9 +137,19 @@ class StepModel:
         throughput = self.rank_batch(p) * p / step
         ref = self._ref_throughput() if p != self.ref_world else throughput
         speedup = throughput / ref
-        return StepPrediction(p, self.rank_batch(p), compute, comm, exposed, self.data_s, step,
-                              exposed / step, throughput, speedup,
-                              speedup / (p / self.ref_world))
+        return StepPrediction(
+            p,
+            self.rank_batch(p),
+            compute,
+            comm,
+            exposed,
+            self.data_s,
+            step,
+            exposed / step,
+            throughput,
+            speedup,
+            speedup / (p / self.ref_world),
+        )
 
     def _ref_throughput(self) -> float:
         return self.predict(self.ref_world).throughput
@@ -164,10 +174,16 @@ class StepModel:
         compute = b["forward"] + b["backward"] + b["optimizer"]
         overlap = 1 - b["exposed_comm"] / b["comm_total"] if b["comm_total"] > 0 else 1.0
         params: dict[str, Any] = dict(
-            compute_s=compute, grad_bytes=float(run.data["grad_bytes"]), alpha=alpha,
-            beta=beta, overlap=min(1.0, max(0.0, overlap)), ref_world=run.world_size,
-            ref_batch=run.rank_batch, bucket_bytes=run.config.get("bucket_mb", 25) * 2**20,
-            data_s=b["data_wait"])
+            compute_s=compute,
+            grad_bytes=float(run.data["grad_bytes"]),
+            alpha=alpha,
+            beta=beta,
+            overlap=min(1.0, max(0.0, overlap)),
+            ref_world=run.world_size,
+            ref_batch=run.rank_batch,
+            bucket_bytes=run.config.get("bucket_mb", 25) * 2**20,
+            data_s=b["data_wait"],
+        )
         params.update(overrides)
         return cls(**params)
 
@@ -180,7 +196,16 @@ def worked_example() -> tuple[StepModel, dict[str, StepPrediction]]:
     bandwidth; global batch 2048 (256 per GPU at 8 GPUs, 32 at 64); 0.45 s of compute per
     step at 8 GPUs, half-efficiency batch 32 (fixed per-step costs equal 32 samples' work).
     """
-    model = StepModel(compute_s=0.45, grad_bytes=500e6, alpha=40e-6, beta=1 / 25e9,
-                      overlap=0.0, ref_world=8, ref_batch=256, global_batch=2048,
-                      batch_half=32, bucket_bytes=25e6)
+    model = StepModel(
+        compute_s=0.45,
+        grad_bytes=500e6,
+        alpha=40e-6,
+        beta=1 / 25e9,
+        overlap=0.0,
+        ref_world=8,
+        ref_batch=256,
+        global_batch=2048,
+        batch_half=32,
+        bucket_bytes=25e6,
+    )
     return model, {"8": model.predict(8), "64": model.predict(64)}

@@ -24,8 +24,7 @@ from typing import Any
 
 __all__ = ["NcclTransport", "parse_nccl_log"]
 
-_CHANNEL = re.compile(
-    r"Channel \d+/\d+ : \d+\[[^\]]*\] -> \d+\[[^\]]*\](?: \[\w+\])? via (\S+)")
+_CHANNEL = re.compile(r"Channel \d+/\d+ : \d+\[[^\]]*\] -> \d+\[[^\]]*\](?: \[\w+\])? via (\S+)")
 _NETWORK = re.compile(r"Using network (\S+)")
 _COMM = re.compile(r"nranks (\d+)(?: nNodes (\d+))?", re.IGNORECASE)
 _VERSION = re.compile(r"NCCL version (\S+)")

@@ -34,8 +34,13 @@ from typing import Any, TypeVar
 
 from mlinfra_lab.errors import MlinfraError
 
-__all__ = ["GpuCounters", "NvmlUnavailable", "describe_counters", "read_counters",
-           "sample_counters"]
+__all__ = [
+    "GpuCounters",
+    "NvmlUnavailable",
+    "describe_counters",
+    "read_counters",
+    "sample_counters",
+]
 
 T = TypeVar("T")
 
@@ -60,27 +65,48 @@ class GpuCounters:
     time_s: float  # time.monotonic() of the reading
 
     @classmethod
-    def from_raw(cls, nvml_index: int, name: str, util_gpu_pct: float, util_mem_pct: float,
-                 mem_used: int, mem_total: int, power_mw: float | None,
-                 limit_mw: float | None, temperature_c: float | None,
-                 time_s: float = 0.0) -> GpuCounters:
+    def from_raw(
+        cls,
+        nvml_index: int,
+        name: str,
+        util_gpu_pct: float,
+        util_mem_pct: float,
+        mem_used: int,
+        mem_total: int,
+        power_mw: float | None,
+        limit_mw: float | None,
+        temperature_c: float | None,
+        time_s: float = 0.0,
+    ) -> GpuCounters:
         """From NVML's raw units: percent, bytes, milliwatts, degrees Celsius."""
         for label, pct in (("GPU utilisation", util_gpu_pct), ("memory utilisation", util_mem_pct)):
             if not 0 <= pct <= 100:
                 raise ValueError(f"{label} {pct} is not a percentage (0-100)")
         if not 0 <= mem_used <= mem_total:
             raise ValueError(f"memory used {mem_used} is not within 0..total {mem_total} bytes")
-        return cls(nvml_index, name, util_gpu_pct / 100, util_mem_pct / 100, int(mem_used),
-                   int(mem_total), None if power_mw is None else power_mw / 1e3,
-                   None if limit_mw is None else limit_mw / 1e3, temperature_c, time_s)
+        return cls(
+            nvml_index,
+            name,
+            util_gpu_pct / 100,
+            util_mem_pct / 100,
+            int(mem_used),
+            int(mem_total),
+            None if power_mw is None else power_mw / 1e3,
+            None if limit_mw is None else limit_mw / 1e3,
+            temperature_c,
+            time_s,
+        )
 
     def __str__(self) -> str:
         power = (f"{self.power_w:.0f} W" if self.power_w is not None else "power n/a") + (
-            f" of {self.power_limit_w:.0f} W" if self.power_limit_w is not None else "")
+            f" of {self.power_limit_w:.0f} W" if self.power_limit_w is not None else ""
+        )
         temp = f", {self.temperature_c:.0f} C" if self.temperature_c is not None else ""
-        return (f"GPU {self.nvml_index} ({self.name}): utilisation {self.gpu_util:.0%}, memory "
-                f"busy {self.memory_util:.0%}, {self.memory_used_bytes / 2**30:.1f} of "
-                f"{self.memory_total_bytes / 2**30:.1f} GiB used, {power}{temp}")
+        return (
+            f"GPU {self.nvml_index} ({self.name}): utilisation {self.gpu_util:.0%}, memory "
+            f"busy {self.memory_util:.0%}, {self.memory_used_bytes / 2**30:.1f} of "
+            f"{self.memory_total_bytes / 2**30:.1f} GiB used, {power}{temp}"
+        )
 
 
 def _nvml() -> Any:
@@ -88,13 +114,16 @@ def _nvml() -> Any:
     try:
         import pynvml
     except ImportError:
-        raise NvmlUnavailable("the NVML bindings are not installed: pip install nvidia-ml-py "
-                              "(it is in mlinfra-lab's [course] extra)") from None
+        raise NvmlUnavailable(
+            "the NVML bindings are not installed: pip install nvidia-ml-py "
+            "(it is in mlinfra-lab's [course] extra)"
+        ) from None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as err:
-        raise NvmlUnavailable(f"NVML did not start ({err}): no NVIDIA driver on this machine, "
-                              "so no GPU to read") from None
+        raise NvmlUnavailable(
+            f"NVML did not start ({err}): no NVIDIA driver on this machine, so no GPU to read"
+        ) from None
     return pynvml
 
 
@@ -114,12 +143,20 @@ def _read(nvml: Any) -> list[GpuCounters]:
         name = nvml.nvmlDeviceGetName(h)
         util = nvml.nvmlDeviceGetUtilizationRates(h)
         mem = nvml.nvmlDeviceGetMemoryInfo(h)
-        out.append(GpuCounters.from_raw(
-            i, name.decode() if isinstance(name, bytes) else name, util.gpu, util.memory,
-            mem.used, mem.total, _optional(lambda h=h: nvml.nvmlDeviceGetPowerUsage(h)),
-            _optional(lambda h=h: nvml.nvmlDeviceGetEnforcedPowerLimit(h)),
-            _optional(lambda h=h: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
-            time.monotonic()))
+        out.append(
+            GpuCounters.from_raw(
+                i,
+                name.decode() if isinstance(name, bytes) else name,
+                util.gpu,
+                util.memory,
+                mem.used,
+                mem.total,
+                _optional(lambda h=h: nvml.nvmlDeviceGetPowerUsage(h)),
+                _optional(lambda h=h: nvml.nvmlDeviceGetEnforcedPowerLimit(h)),
+                _optional(lambda h=h: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
+                time.monotonic(),
+            )
+        )
     return out
 
 
@@ -135,7 +172,9 @@ def read_counters() -> list[GpuCounters]:
     return counters
 
 
-def sample_counters(fn: Callable[[], T], interval_s: float = 0.1) -> tuple[T, list[list[GpuCounters]]]:
+def sample_counters(
+    fn: Callable[[], T], interval_s: float = 0.1
+) -> tuple[T, list[list[GpuCounters]]]:
     """Run `fn()` while reading the counters every `interval_s`; (its result, the readings).
 
     Raises `NvmlUnavailable` before running `fn` where there is no NVML device.

@@ -76,8 +76,7 @@ class RunResult:
     def rank_medians(self) -> list[dict[str, float]]:
         """Per rank, the median over steps of each phase, the step and total comm time (s)."""
         return [
-            {key: _median([s[key] for s in r["steps"]]) for key in _STEP_KEYS}
-            for r in self.ranks()
+            {key: _median([s[key] for s in r["steps"]]) for key in _STEP_KEYS} for r in self.ranks()
         ]
 
     def breakdown(self) -> dict[str, float]:
@@ -133,8 +132,9 @@ class RunResult:
         if n < 2:
             return None
         n_steps = min(len(r["steps"]) for r in self.ranks())
-        seconds = _median([min(r["steps"][i]["comm_total"] for r in self.ranks())
-                           for i in range(n_steps)])
+        seconds = _median(
+            [min(r["steps"][i]["comm_total"] for r in self.ranks()) for i in range(n_steps)]
+        )
         if seconds <= 0:
             return None
         return self.breakdown()["comm_bytes"] / seconds * 2 * (n - 1) / n
@@ -178,7 +178,9 @@ def validate(data: Any, source: str = "<memory>") -> RunResult:
     for r in ranks:
         steps = r.get("steps") if isinstance(r, dict) else None
         if not steps:
-            raise _fail(source, f"rank {r.get('rank') if isinstance(r, dict) else '?'} has no steps")
+            raise _fail(
+                source, f"rank {r.get('rank') if isinstance(r, dict) else '?'} has no steps"
+            )
         for s in steps:
             bad = [k for k in _STEP_KEYS if not isinstance(s.get(k), (int, float))]
             if bad:

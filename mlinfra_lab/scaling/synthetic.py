@@ -41,8 +41,13 @@ from mlinfra_lab.scaling.results import SCHEMA, RunResult, validate
 
 __all__ = ["FAULT_CAUSE", "Mystery", "causes_of", "hide_faults", "mystery_set", "synthesize_run"]
 
-FAULT_CAUSE = {"straggler": "straggler", "slow_data": "data_loading", "small_batch": "small_batch",
-               "no_overlap": "communication", "slow_transport": "transport"}
+FAULT_CAUSE = {
+    "straggler": "straggler",
+    "slow_data": "data_loading",
+    "small_batch": "small_batch",
+    "no_overlap": "communication",
+    "slow_transport": "transport",
+}
 MATMUL_MS = 3.0  # real Linear forward on the 2-core machine, on top of the emulated sleep
 HEALTHY_READ_MS = 1.0  # one batch from the healthy loader (shared by the ranks of a host)
 ALPHA_S = 2e-5  # per message step of the emulated link's all-reduce
@@ -59,8 +64,12 @@ def _layer_ms(config: RunConfig, batch: int) -> float:
     return config.device_overhead_ms + config.device_us_per_sample * batch / 1e3
 
 
-def synthesize_run(world_size: int, faults: tuple[str, ...] | list[str] = (), seed: int = 0,
-                   config: RunConfig | None = None) -> RunResult:
+def synthesize_run(
+    world_size: int,
+    faults: tuple[str, ...] | list[str] = (),
+    seed: int = 0,
+    config: RunConfig | None = None,
+) -> RunResult:
     """A run at `world_size` ranks with `faults` (``"straggler:rank=1,ms=80"``, ...)."""
     if world_size < 1 or int(world_size) != world_size:
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
@@ -72,7 +81,9 @@ def synthesize_run(world_size: int, faults: tuple[str, ...] | list[str] = (), se
     grad_bytes = config.layers * layer_bytes
     n_buckets = 1 if config.fault("no_overlap") else config.layers  # one layer per bucket
     rate = config.link_bytes_per_s() or 25e6
-    wire = (grad_bytes / n_buckets) * 2 * (p - 1) / p / rate + 2 * (p - 1) * ALPHA_S if p > 1 else 0.0
+    wire = (
+        (grad_bytes / n_buckets) * 2 * (p - 1) / p / rate + 2 * (p - 1) * ALPHA_S if p > 1 else 0.0
+    )
     slow, straggler = config.fault("slow_data"), config.fault("straggler")
     read_s = (slow.get("ms") if slow else HEALTHY_READ_MS) / 1e3
     fwd_ms = config.layers * _layer_ms(config, batch) + MATMUL_MS
@@ -81,8 +92,16 @@ def synthesize_run(world_size: int, faults: tuple[str, ...] | list[str] = (), se
     def noisy(value: float) -> float:
         return value * float(rng.lognormal(0.0, NOISE))
 
-    ranks: list[dict] = [{"rank": r, "batch": batch, "steps": [], "buckets": n_buckets,
-                          "loader_samples_per_s": batch / (p * read_s)} for r in range(p)]
+    ranks: list[dict] = [
+        {
+            "rank": r,
+            "batch": batch,
+            "steps": [],
+            "buckets": n_buckets,
+            "loader_samples_per_s": batch / (p * read_s),
+        }
+        for r in range(p)
+    ]
     for step in range(config.steps):
         order = rng.permutation(p).tolist()  # who the shared source serves first
         data = [noisy(read_s * (order[r] + 0.5)) if slow else noisy(3e-4) for r in range(p)]
@@ -91,8 +110,10 @@ def synthesize_run(world_size: int, faults: tuple[str, ...] | list[str] = (), se
             fwd[int(straggler.get("rank"))] += straggler.get("ms") / 1e3
         bwd = [noisy(2 * fwd_ms / 1e3) * speed[r] for r in range(p)]
         # bucket j is ready on rank r at this time; reduced when every rank has it
-        ready = [[data[r] + fwd[r] + bwd[r] * (j + 1) / n_buckets for j in range(n_buckets)]
-                 for r in range(p)]
+        ready = [
+            [data[r] + fwd[r] + bwd[r] * (j + 1) / n_buckets for j in range(n_buckets)]
+            for r in range(p)
+        ]
         ends, link_free = [], 0.0
         for j in range(n_buckets):
             link_free = max(link_free, max(ready[r][j] for r in range(p))) + noisy(wire)
@@ -106,17 +127,33 @@ def synthesize_run(world_size: int, faults: tuple[str, ...] | list[str] = (), se
             for a, b in spans:  # union of the in-flight intervals (sorted by start)
                 busy += max(0.0, b - max(a, last))
                 last = max(last, b)
-            ranks[r]["steps"].append({
-                "data_wait": data[r], "forward": fwd[r], "backward": bwd[r],
-                "exposed_comm": exposed, "optimizer": opt,
-                "step": data[r] + fwd[r] + bwd[r] + exposed + opt,
-                "comm_total": busy if p > 1 else 0.0, "buckets_s": spans if p > 1 else [],
-                "comm_bytes": float(grad_bytes), "loss": float(0.4 * 0.97 ** step)})
-    return validate({
-        "schema": SCHEMA, "config": config.to_dict(), "world_size": p, "backend": "gloo",
-        "rank_batch": batch, "grad_bytes": grad_bytes,
-        "environment": {"device": "cpu", "synthetic": True, "seed": int(seed)},
-        "ranks": ranks}, f"<synthetic {p} ranks {list(faults)}>")
+            ranks[r]["steps"].append(
+                {
+                    "data_wait": data[r],
+                    "forward": fwd[r],
+                    "backward": bwd[r],
+                    "exposed_comm": exposed,
+                    "optimizer": opt,
+                    "step": data[r] + fwd[r] + bwd[r] + exposed + opt,
+                    "comm_total": busy if p > 1 else 0.0,
+                    "buckets_s": spans if p > 1 else [],
+                    "comm_bytes": float(grad_bytes),
+                    "loss": float(0.4 * 0.97**step),
+                }
+            )
+    return validate(
+        {
+            "schema": SCHEMA,
+            "config": config.to_dict(),
+            "world_size": p,
+            "backend": "gloo",
+            "rank_batch": batch,
+            "grad_bytes": grad_bytes,
+            "environment": {"device": "cpu", "synthetic": True, "seed": int(seed)},
+            "ranks": ranks,
+        },
+        f"<synthetic {p} ranks {list(faults)}>",
+    )
 
 
 @dataclass(frozen=True)
@@ -134,7 +171,9 @@ class Mystery:
 
 def _draw_fault(kind: str, world_size: int, rng: np.random.Generator) -> str:
     if kind == "straggler":
-        return f"straggler:rank={int(rng.integers(world_size))},ms={float(rng.uniform(60, 200)):.0f}"
+        return (
+            f"straggler:rank={int(rng.integers(world_size))},ms={float(rng.uniform(60, 200)):.0f}"
+        )
     if kind == "slow_data":
         return f"slow_data:ms={float(rng.uniform(30, 60)):.0f}"
     if kind == "small_batch":

@@ -35,8 +35,16 @@ from typing import Any
 __all__ = ["OpRow", "format_op_table", "op_table", "summarise_trace"]
 
 _STEP = "ProfilerStep#"  # the step markers `profiler.step()` writes
-_COMM = ("nccl", "gloo", "allreduce", "all_reduce", "c10d::", "broadcast", "reduce_scatter",
-         "all_gather")
+_COMM = (
+    "nccl",
+    "gloo",
+    "allreduce",
+    "all_reduce",
+    "c10d::",
+    "broadcast",
+    "reduce_scatter",
+    "all_gather",
+)
 
 
 def _is_comm(name: str) -> bool:
@@ -65,10 +73,15 @@ def _events(path: str | Path) -> list[dict[str, Any]]:
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"{path}: not a readable Chrome trace ({err})") from None
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise ValueError(f"{path}: not a Chrome trace (no traceEvents list); write one with "
-                         "profiler.export_chrome_trace(path)")
-    return [e for e in data["traceEvents"]
-            if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e and "ts" in e]
+        raise ValueError(
+            f"{path}: not a Chrome trace (no traceEvents list); write one with "
+            "profiler.export_chrome_trace(path)"
+        )
+    return [
+        e
+        for e in data["traceEvents"]
+        if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e and "ts" in e
+    ]
 
 
 def summarise_trace(path: str | Path) -> dict[str, Any]:
@@ -76,17 +89,35 @@ def summarise_trace(path: str | Path) -> dict[str, Any]:
     events = _events(path)
     kernels = [e for e in events if e.get("cat") == "kernel"]
     source = "gpu_kernels" if kernels else "cpu_ops"
-    chosen = kernels or _top_level([e for e in events if e.get("cat") in ("cpu_op", "user_annotation")
-                                    and not str(e.get("name", "")).startswith(_STEP)])
+    chosen = kernels or _top_level(
+        [
+            e
+            for e in events
+            if e.get("cat") in ("cpu_op", "user_annotation")
+            and not str(e.get("name", "")).startswith(_STEP)
+        ]
+    )
     comm = sum(e["dur"] for e in chosen if _is_comm(e.get("name", ""))) / 1e6
     compute = sum(e["dur"] for e in chosen if not _is_comm(e.get("name", ""))) / 1e6
     total = comm + compute
-    return {"source": source, "compute_s": compute, "comm_s": comm,
-            "comm_share": comm / total if total else 0.0, "events": len(chosen)}
+    return {
+        "source": source,
+        "compute_s": compute,
+        "comm_s": comm,
+        "comm_share": comm / total if total else 0.0,
+        "events": len(chosen),
+    }
 
 
-_OPS = ("cpu_op", "user_annotation", "kernel", "gpu_user_annotation", "gpu_memcpy",
-        "gpu_memset", "python_function")
+_OPS = (
+    "cpu_op",
+    "user_annotation",
+    "kernel",
+    "gpu_user_annotation",
+    "gpu_memcpy",
+    "gpu_memset",
+    "python_function",
+)
 
 
 @dataclass(frozen=True)
@@ -134,20 +165,32 @@ def op_table(path: str | Path, top: int = 10) -> list[OpRow]:
         row[0] += 1
         row[1] += e["dur"]
         row[2] += max(self_us, 0.0)
-    table = [OpRow(name, "communication" if _is_comm(name) else "compute", int(calls),
-                   total / 1e3, self_us / 1e3, total / wall_us if wall_us else 0.0)
-             for name, (calls, total, self_us) in rows.items()]
+    table = [
+        OpRow(
+            name,
+            "communication" if _is_comm(name) else "compute",
+            int(calls),
+            total / 1e3,
+            self_us / 1e3,
+            total / wall_us if wall_us else 0.0,
+        )
+        for name, (calls, total, self_us) in rows.items()
+    ]
     table.sort(key=lambda r: (-r.self_ms, r.name))
     return table[:top] if top else table
 
 
 def format_op_table(rows: list[OpRow], width: int = 60) -> str:
     """A Markdown table of `op_table` rows (names longer than `width` are shortened)."""
-    lines = ["| operator | kind | calls | total ms | self ms | of the step |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "| operator | kind | calls | total ms | self ms | of the step |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for r in rows:
         name = r.name if len(r.name) <= width else r.name[: width - 3] + "..."
         name = name.replace("|", "\\|")
-        lines.append(f"| `{name}` | {r.kind} | {r.calls} | {r.total_ms:.2f} | {r.self_ms:.2f} "
-                     f"| {r.step_share:.0%} |")
+        lines.append(
+            f"| `{name}` | {r.kind} | {r.calls} | {r.total_ms:.2f} | {r.self_ms:.2f} "
+            f"| {r.step_share:.0%} |"
+        )
     return "\n".join(lines)

@@ -75,8 +75,9 @@ class SyntheticBatches(torch.utils.data.Dataset):
     `delay_s`: a single-process source that serialises its readers.
     """
 
-    def __init__(self, n: int, batch: int, hidden: int, seed: int, rank: int,
-                 delay_s: float, lock_path: str) -> None:
+    def __init__(
+        self, n: int, batch: int, hidden: int, seed: int, rank: int, delay_s: float, lock_path: str
+    ) -> None:
         self.n, self.batch, self.hidden, self.seed, self.rank = n, batch, hidden, seed, rank
         self.delay_s, self.lock_path = delay_s, lock_path
 

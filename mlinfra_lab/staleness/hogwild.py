@@ -33,6 +33,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -41,6 +42,11 @@ import torch.multiprocessing as mp
 from mlinfra_lab.errors import MlinfraError
 from mlinfra_lab.staleness.errors import StalenessConfigError
 from mlinfra_lab.staleness.problems import Problem
+
+if TYPE_CHECKING:  # multiprocessing.synchronize fails to import where there is no sem_open
+    from multiprocessing.connection import Connection
+    from multiprocessing.sharedctypes import Synchronized
+    from multiprocessing.synchronize import Lock
 
 __all__ = ["HogwildResult", "HogwildWorkerError", "run_hogwild"]
 
@@ -63,7 +69,7 @@ class HogwildResult:
     seed: int
 
 
-def _worker(rank, errors, *args) -> None:
+def _worker(rank: int, errors: Connection, *args: Any) -> None:  # args: `_loop`'s, after rank
     """Process entry point: run the loop; on an exception, send its traceback, exit 1."""
     try:
         _loop(rank, *args)
@@ -74,7 +80,19 @@ def _worker(rank, errors, *args) -> None:
         errors.close()
 
 
-def _loop(rank, problem, theta, version, lock, staleness, who, updates, lr, seed, sleep_s):
+def _loop(
+    rank: int,
+    problem: Problem,
+    theta: torch.Tensor,
+    version: Synchronized[int],
+    lock: Lock,
+    staleness: torch.Tensor,
+    who: torch.Tensor,
+    updates: int,
+    lr: float,
+    seed: int,
+    sleep_s: float,
+) -> None:
     torch.set_num_threads(1)
     rng = np.random.default_rng([seed, rank])
     n, b = problem.num_examples, problem.batch_size
@@ -131,8 +149,20 @@ def run_hogwild(
     procs, receivers = [], []
     for r in range(workers):
         receive, send = ctx.Pipe(duplex=False)
-        args = (r, send, problem, theta, version, lock, staleness, who, updates, lr, seed,
-                sleeps[r])
+        args = (
+            r,
+            send,
+            problem,
+            theta,
+            version,
+            lock,
+            staleness,
+            who,
+            updates,
+            lr,
+            seed,
+            sleeps[r],
+        )
         procs.append(ctx.Process(target=_worker, args=args, daemon=True))
         procs[-1].start()
         send.close()  # the child holds its own end; EOF reaches us when it exits
@@ -167,7 +197,7 @@ def run_hogwild(
 
 
 def _default_start_method() -> str:
-    """"fork" where available and safe (no CUDA context in this process), else "spawn"."""
+    """ "fork" where available and safe (no CUDA context in this process), else "spawn"."""
     cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
     return "fork" if "fork" in mp.get_all_start_methods() and not cuda_live else "spawn"
 

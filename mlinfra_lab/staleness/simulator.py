@@ -136,7 +136,16 @@ class SimResult:
         }
 
 
-def _validate(problem, speeds, policy, updates, lr, seed, momentum) -> None:
+def _validate(
+    problem: Problem,
+    speeds: WorkerSpeeds,
+    policy: Policy,
+    updates: int,
+    lr: float,
+    seed: int,
+    momentum: float,
+) -> None:
+    """Raise `StalenessConfigError` where `simulate`'s arguments are not what it declares."""
     if not isinstance(problem, Problem):
         raise StalenessConfigError(
             f"problem must be a Problem (quadratic_problem(), logreg_problem(), mlp_problem()), "

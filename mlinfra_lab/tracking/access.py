@@ -6,8 +6,11 @@ user directly or through any team they belong to (0 when none); `require(...)`,
 caller may not see, `NotFoundOrDenied`) and are called inside the transaction that then
 reads or writes, so a check and its write see the same grants; `create_project` (which
 makes its creator ADMIN), `set_grant` and `add_member` are the only writers of projects,
-grants and teams. The SQL of projects, principals, teams and grants is all here; the
-decision of who may call these writers is the store's (`TrackingStore` checks first).
+grants and teams; `searched_project_ids(...)` checks which projects a search covers. The
+SQL of projects, principals, teams and grants is all here; the decision of who may call
+these writers is the store's: `StoreAccess`, mixed into `TrackingStore`, holds the store's
+methods over them (`create_project`, `add_to_team`, `grant`, `set_store_admin`, `level`),
+each of which checks first, in an audited transaction (`audit`).
 
 Design decisions:
 - Levels are ordered, each implying the ones below it:
@@ -54,19 +57,48 @@ from __future__ import annotations
 import enum
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, func, select, union_all, update
+from sqlalchemy import (
+    BindParameter,
+    CompoundSelect,
+    Connection,
+    Engine,
+    Row,
+    bindparam,
+    delete,
+    func,
+    select,
+    union_all,
+    update,
+)
 
+from mlinfra_lab.tracking import audit
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import NotFound, NotFoundOrDenied, PermissionDenied, TrackingError
 from mlinfra_lab.tracking.writing import insert_ignoring_conflicts
 
-__all__ = ["Level", "add_member", "create_project", "effective_level", "ensure_principal",
-           "find_project", "is_store_admin", "project_id", "require", "require_artifact",
-           "require_run", "require_store_admin", "set_grant", "set_store_admin", "viewer",
-           "visible_project_ids"]  # fmt: skip
+__all__ = [
+    "Level",
+    "StoreAccess",
+    "add_member",
+    "create_project",
+    "effective_level",
+    "ensure_principal",
+    "find_project",
+    "is_store_admin",
+    "project_id",
+    "require",
+    "require_artifact",
+    "require_run",
+    "require_store_admin",
+    "searched_project_ids",
+    "set_grant",
+    "set_store_admin",
+    "viewer",
+    "visible_project_ids",
+]
 
 
 class Level(enum.IntEnum):
@@ -106,7 +138,7 @@ def ensure_principal(conn: Connection, name: str, kind: str = "user") -> int:
     return row.id
 
 
-def _principal_ids(user):  # noqa: ANN001 (a str or a bindparam)
+def _principal_ids(user: str | BindParameter[str]) -> CompoundSelect:
     """Subquery: the user's own principal id and the ids of the teams they belong to."""
     p, tm = S.principals, S.team_members
     own = select(p.c.id).where(p.c.name == user)
@@ -127,7 +159,9 @@ def _statements() -> dict[str, Any]:
 
 def effective_level(conn: Connection, project_id: int, user: str) -> Level:
     """Highest level `user` holds on the project, directly or through a team (NONE if none)."""
-    return Level(conn.execute(_statements()["level"], {"pid": project_id, "user": user}).scalar() or 0)
+    return Level(
+        conn.execute(_statements()["level"], {"pid": project_id, "user": user}).scalar() or 0
+    )
 
 
 def visible_project_ids(conn: Connection, user: str, at_least: Level = Level.VIEW) -> list[int]:
@@ -140,6 +174,17 @@ def visible_project_ids(conn: Connection, user: str, at_least: Level = Level.VIE
         .having(func.max(S.grants.c.level) >= int(at_least))
     )
     return [r[0] for r in conn.execute(q)]
+
+
+def searched_project_ids(
+    conn: Connection, project: str | Sequence[str] | None, user: str
+) -> list[int]:
+    """Ids of the projects a search covers: those named (each needs VIEW), or with None all
+    that `user` may VIEW."""
+    if project is None:
+        return visible_project_ids(conn, user)
+    projects = [project] if isinstance(project, str) else list(project)
+    return [require(conn, p, user, Level.VIEW, "search runs") for p in projects]
 
 
 def viewer(conn: Connection, user: str) -> Callable[[int], bool]:
@@ -163,12 +208,14 @@ def create_project(conn: Connection, name: str, creator: str) -> int | None:
     """Insert project `name` with `creator` as its ADMIN; its id, or None when it exists
     (a concurrent transaction may have created it since the caller looked)."""
     ins = insert_ignoring_conflicts(conn.dialect.name, S.projects)
-    pid = conn.execute(ins.values(name=name, created_at=time.time())
-                       .returning(S.projects.c.id)).scalar()  # fmt: skip
+    pid = conn.execute(
+        ins.values(name=name, created_at=time.time()).returning(S.projects.c.id)
+    ).scalar()
     if pid is not None:
         uid = ensure_principal(conn, creator)
-        conn.execute(S.grants.insert().values(project_id=pid, principal_id=uid,
-                                              level=int(Level.ADMIN)))  # fmt: skip
+        conn.execute(
+            S.grants.insert().values(project_id=pid, principal_id=uid, level=int(Level.ADMIN))
+        )
     return pid
 
 
@@ -192,34 +239,46 @@ def require(conn: Connection, project: str, user: str, needed: Level, action: st
     return pid
 
 
-def _require_in(conn: Connection, found, target: str, user: str, needed: Level, action: str):  # noqa: ANN001
+def _require_in(
+    conn: Connection, found: Row[Any] | None, target: str, user: str, needed: Level, action: str
+) -> Row[Any]:
     """`found` (a row with project_id and project) if `user` holds `needed` there; else raise."""
     level = Level.NONE if found is None else effective_level(conn, found.project_id, user)
     if level < Level.VIEW:  # missing, or invisible: the same answer
-        raise NotFoundOrDenied(user, target, action, audit_project=None if found is None else found.project)
+        raise NotFoundOrDenied(
+            user, target, action, audit_project=None if found is None else found.project
+        )
     if level < needed:
         raise PermissionDenied(user, found.project, needed.name, action)
     return found
 
 
-def require_run(conn: Connection, run_id: int, user: str, needed: Level, action: str):
+def require_run(conn: Connection, run_id: int, user: str, needed: Level, action: str) -> Row[Any]:
     """Row (project_id, project) of run `run_id`, read in `conn`'s transaction, if `user` holds `needed`.
 
     Raises `NotFoundOrDenied` when the run does not exist or its project is invisible to
     `user`, `PermissionDenied` when `user` sees it but lacks `needed`.
     """
     r, p = S.runs, S.projects
-    found = conn.execute(select(r.c.project_id, p.c.name.label("project")).join(p, p.c.id == r.c.project_id)
-                         .where(r.c.id == run_id)).first()  # fmt: skip
+    found = conn.execute(
+        select(r.c.project_id, p.c.name.label("project"))
+        .join(p, p.c.id == r.c.project_id)
+        .where(r.c.id == run_id)
+    ).first()
     return _require_in(conn, found, f"run:{run_id}", user, needed, action)
 
 
-def require_artifact(conn: Connection, artifact_id: int, user: str, needed: Level, action: str):
+def require_artifact(
+    conn: Connection, artifact_id: int, user: str, needed: Level, action: str
+) -> Row[Any]:
     """Row (uri, sha256, run_id, project_id, project) of an artifact if `user` holds `needed`."""
     a, r, p = S.artifacts, S.runs, S.projects
-    found = conn.execute(select(a.c.uri, a.c.sha256, a.c.run_id, r.c.project_id, p.c.name.label("project"))
-                         .join(r, r.c.id == a.c.run_id).join(p, p.c.id == r.c.project_id)
-                         .where(a.c.id == artifact_id)).first()  # fmt: skip
+    found = conn.execute(
+        select(a.c.uri, a.c.sha256, a.c.run_id, r.c.project_id, p.c.name.label("project"))
+        .join(r, r.c.id == a.c.run_id)
+        .join(p, p.c.id == r.c.project_id)
+        .where(a.c.id == artifact_id)
+    ).first()
     return _require_in(conn, found, f"artifact:{artifact_id}", user, needed, action)
 
 
@@ -230,8 +289,11 @@ def is_store_admin(conn: Connection, user: str) -> bool:
     """
     p = S.principals
     first = select(func.min(p.c.id)).where(p.c.kind == "user").scalar_subquery()
-    row = conn.execute(select(p.c.id, p.c.store_admin, first.label("first"))
-                       .where(p.c.name == user, p.c.kind == "user")).first()  # fmt: skip
+    row = conn.execute(
+        select(p.c.id, p.c.store_admin, first.label("first")).where(
+            p.c.name == user, p.c.kind == "user"
+        )
+    ).first()
     if row is None:
         return conn.execute(select(first)).scalar() is None
     return bool(row.store_admin) or row.id == row.first
@@ -246,10 +308,15 @@ def require_store_admin(conn: Connection, user: str, action: str, scope: str = "
 def set_store_admin(conn: Connection, principal: str, admin: bool) -> None:
     """Make user `principal` a store ADMIN (or not); the caller has checked that a store ADMIN
     asks (`require_store_admin`)."""
-    pid = conn.execute(select(S.principals.c.id).where(S.principals.c.name == principal,
-                                                        S.principals.c.kind == "user")).scalar()  # fmt: skip
+    pid = conn.execute(
+        select(S.principals.c.id).where(
+            S.principals.c.name == principal, S.principals.c.kind == "user"
+        )
+    ).scalar()
     if pid is None:
-        raise NotFound(f"no user named {principal!r}; a user is registered by a grant or by their first project")
+        raise NotFound(
+            f"no user named {principal!r}; a user is registered by a grant or by their first project"
+        )
     conn.execute(update(S.principals).where(S.principals.c.id == pid).values(store_admin=admin))
 
 
@@ -258,10 +325,16 @@ def add_member(conn: Connection, team: str, member: str) -> None:
     asks (`require_store_admin`, scope ``team:TEAM``)."""
     tid = ensure_principal(conn, team, "team")  # refuses a name that is a user's
     mid = ensure_principal(conn, member, "user")  # refuses a team as a member
-    conn.execute(insert_ignoring_conflicts(conn.dialect.name, S.team_members).values(team_id=tid, user_id=mid))
+    conn.execute(
+        insert_ignoring_conflicts(conn.dialect.name, S.team_members).values(
+            team_id=tid, user_id=mid
+        )
+    )
 
 
-def set_grant(conn: Connection, project_id: int, principal: str, level: Level, kind: str | None = None) -> bool:
+def set_grant(
+    conn: Connection, project_id: int, principal: str, level: Level, kind: str | None = None
+) -> bool:
     """Give `principal` `level` on the project (NONE revokes); False when there was nothing to do.
 
     An unknown name is registered as a user (never as a team), unless ``kind="team"``,
@@ -275,7 +348,9 @@ def set_grant(conn: Connection, project_id: int, principal: str, level: Level, k
         if level == Level.NONE:
             return False  # nothing to revoke
         if kind == "team":
-            raise NotFound(f"no team named {principal!r}; a store ADMIN creates it with add_to_team")
+            raise NotFound(
+                f"no team named {principal!r}; a store ADMIN creates it with add_to_team"
+            )
         prid = ensure_principal(conn, principal, "user")
     elif kind is not None and row.kind != kind:
         raise TrackingError(f"{principal!r} is a {row.kind}, not a {kind}; check the name")
@@ -286,3 +361,72 @@ def set_grant(conn: Connection, project_id: int, principal: str, level: Level, k
     if level > Level.NONE:
         conn.execute(g.insert().values(project_id=project_id, principal_id=prid, level=int(level)))
     return True
+
+
+class StoreAccess:
+    """`TrackingStore`'s methods on projects, teams and grants (a mixin; see the module doc).
+
+    Each opens an audited transaction, checks there who may call (`require*`), then calls
+    this module's function of the same name (a method's own name is not in scope in its body).
+    """
+
+    engine: Engine
+    default_user: str
+
+    def _user(self, user: str | None) -> str:
+        """Who a call acts as: `user`, or the store's `default_user` when None."""
+        return user or self.default_user
+
+    def create_project(self, name: str, user: str | None = None) -> int:
+        """Create project `name` (its creator becomes ADMIN); return its id. Idempotent."""
+        user = self._user(user)
+        with audit.audited_write(self.engine) as conn:
+            if find_project(conn, name) is None:
+                pid = create_project(conn, name, user)  # None: another was quicker
+                if pid is not None:
+                    audit.record(conn, user, "create_project", name, None, True)
+                    return pid
+            return require(conn, name, user, Level.VIEW, "see")  # it exists: need VIEW
+
+    def add_to_team(self, team: str, member: str, user: str | None = None) -> None:
+        """Add user `member` to `team` (created if new); needs store ADMIN (see `access`)."""
+        user = self._user(user)
+        with audit.audited_write(self.engine) as conn:
+            require_store_admin(conn, user, f"add members to team {team!r}", scope=f"team:{team}")
+            add_member(conn, team, member)
+            audit.record(conn, user, "add_to_team", None, f"team:{team}+{member}", True)
+
+    def grant(
+        self,
+        project: str,
+        principal: str,
+        level: Level | str,
+        user: str | None = None,
+        kind: str | None = None,
+    ) -> None:
+        """Give `principal` `level` on `project` (NONE revokes); needs ADMIN. `principal` is a
+        user, a team, or a new name, which becomes a user (never a team; see `access` on name
+        squatting); ``kind="user"``/``"team"`` refuses the other kind, ``"team"`` a new name."""
+        user, level = self._user(user), Level.parse(level)
+        with audit.audited_write(self.engine) as conn:
+            pid = require(conn, project, user, Level.ADMIN, "grant access")
+            set_grant(conn, pid, principal, level, kind)
+            audit.record(conn, user, f"grant {level.name}", project, principal, True)
+
+    def set_store_admin(self, principal: str, admin: bool = True, user: str | None = None) -> None:
+        """Make user `principal` a store ADMIN (gc, counts, teams) or not; needs store ADMIN."""
+        user = self._user(user)
+        with audit.audited_write(self.engine) as conn:
+            require_store_admin(conn, user, f"make {principal!r} a store ADMIN")
+            set_store_admin(conn, principal, admin)
+            audit.record(conn, user, f"store admin {admin}", None, principal, True)
+
+    def level(self, project: str, user: str | None = None, principal: str | None = None) -> Level:
+        """The effective level of the caller (or of `principal`) on `project`; NONE if none.
+        Your own needs no grant (NONE also where no project); another's needs ADMIN."""
+        user = self._user(user)
+        with audit.audited_read(self.engine) as conn:
+            if principal is not None and principal != user:
+                require(conn, project, user, Level.ADMIN, f"see the level of {principal}")
+            pid = find_project(conn, project)
+            return effective_level(conn, pid, principal or user) if pid else Level.NONE

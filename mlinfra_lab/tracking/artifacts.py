@@ -46,13 +46,21 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import fsspec
 
 from mlinfra_lab.tracking.errors import ArtifactNameError, IntegrityError
 
-__all__ = ["BlobStore", "PutResult", "check_name", "open_uri", "sha256_file", "to_url", "verified_copy"]
+__all__ = [
+    "BlobStore",
+    "PutResult",
+    "check_name",
+    "open_uri",
+    "sha256_file",
+    "to_url",
+    "verified_copy",
+]
 
 CHUNK = 1 << 20  # 1 MiB: big enough to stream fast, small enough to bound memory
 PART = 5 << 20  # write buffer: S3's smallest multipart part (s3fs's default buffers 50 MiB)
@@ -61,15 +69,23 @@ PART = 5 << 20  # write buffer: S3's smallest multipart part (s3fs's default buf
 def check_name(name: str) -> str:
     """Return `name` if it is a safe relative artifact name, else raise `ArtifactNameError`."""
     if not isinstance(name, str) or not name or len(name) > 500:
-        raise ArtifactNameError(f"artifact name must be a non-empty string of <= 500 characters, got {name!r}")
+        raise ArtifactNameError(
+            f"artifact name must be a non-empty string of <= 500 characters, got {name!r}"
+        )
     if "\x00" in name:
         raise ArtifactNameError(f"artifact name {name!r} contains a NUL byte; remove it")
     if "\\" in name:
-        raise ArtifactNameError(f"artifact name {name!r} contains a backslash; use '/' to separate parts")
+        raise ArtifactNameError(
+            f"artifact name {name!r} contains a backslash; use '/' to separate parts"
+        )
     if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
-        raise ArtifactNameError(f"artifact name {name!r} is absolute; use a relative name such as 'ckpt/step100.pt'")
+        raise ArtifactNameError(
+            f"artifact name {name!r} is absolute; use a relative name such as 'ckpt/step100.pt'"
+        )
     if any(part in ("..", ".") for part in PurePosixPath(name).parts) or "//" in name:
-        raise ArtifactNameError(f"artifact name {name!r} has a '..', '.' or empty part; use a plain relative name")
+        raise ArtifactNameError(
+            f"artifact name {name!r} has a '..', '.' or empty part; use a plain relative name"
+        )
     return name
 
 
@@ -81,7 +97,8 @@ def to_url(root: str) -> str:
 def open_uri(uri: str) -> BinaryIO:
     """Open any fsspec URI for binary reading (the caller closes it)."""
     fs, path = fsspec.core.url_to_fs(uri)
-    return fs.open(path, "rb", block_size=CHUNK, cache_type="none")  # object stores: CHUNK-sized ranges, no read-ahead
+    # object stores: CHUNK-sized ranges, no read-ahead
+    return fs.open(path, "rb", block_size=CHUNK, cache_type="none")
 
 
 def sha256_file(f: BinaryIO) -> str:
@@ -139,7 +156,7 @@ def _chunks(source: bytes | str | os.PathLike | BinaryIO) -> Iterator[bytes]:
 class BlobStore:
     """Blobs under one fsspec root URL (``file:///...``, ``memory://...``, ``s3://bucket/x``)."""
 
-    def __init__(self, root: str, **storage_options):
+    def __init__(self, root: str, **storage_options: Any) -> None:
         self.root = root.rstrip("/")
         self.fs, self._root_path = fsspec.core.url_to_fs(self.root, **storage_options)
 
@@ -151,8 +168,11 @@ class BlobStore:
         return self.fs._strip_protocol(uri)
 
     # -- writing ---------------------------------------------------------------------
-    def put(self, source: bytes | str | os.PathLike | BinaryIO,
-            before_publish: Callable[[str], None] | None = None) -> PutResult:  # fmt: skip
+    def put(
+        self,
+        source: bytes | str | os.PathLike | BinaryIO,
+        before_publish: Callable[[str], None] | None = None,
+    ) -> PutResult:
         """Store bytes (or a file path, or a binary stream) atomically; de-duplicate by sha256.
 
         ``before_publish(uri)`` runs after the bytes are hashed and before the blob appears
@@ -229,5 +249,5 @@ class BlobStore:
                 mtime = self.fs.modified(path).timestamp()
             except (NotImplementedError, AttributeError):
                 mtime = 0.0
-            out.append((f"{self.root}/blobs/{path[len(base) + 1:]}", mtime))
+            out.append((f"{self.root}/blobs/{path[len(base) + 1 :]}", mtime))
         return out

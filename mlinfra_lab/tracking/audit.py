@@ -35,8 +35,16 @@ from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.db import database_errors, transact, write_tx
 from mlinfra_lab.tracking.errors import NotFoundOrDenied, PermissionDenied
 
-__all__ = ["audited_read", "audited_transact", "audited_write", "denials_audited", "latest", "log",
-           "record", "record_denial"]  # fmt: skip
+__all__ = [
+    "audited_read",
+    "audited_transact",
+    "audited_write",
+    "denials_audited",
+    "latest",
+    "log",
+    "record",
+    "record_denial",
+]
 
 T = TypeVar("T")
 
@@ -47,16 +55,30 @@ def _cut(value: object, column: str) -> str | None:
     return str(value)[: S.audit_log.c[column].type.length]
 
 
-def record(conn: Connection, principal: str, action: str, project: str | None, target: object,
-           allowed: bool) -> None:  # fmt: skip
+def record(
+    conn: Connection,
+    principal: str,
+    action: str,
+    project: str | None,
+    target: object,
+    allowed: bool,
+) -> None:
     """Append one audit row in `conn`'s transaction (fields truncated to fit their columns)."""
-    conn.execute(S.audit_log.insert().values(
-        at=time.time(), principal=_cut(principal, "principal") or "?", action=_cut(action, "action") or "?",
-        project=_cut(project, "project"), target=_cut(target, "target"), allowed=allowed))  # fmt: skip
+    conn.execute(
+        S.audit_log.insert().values(
+            at=time.time(),
+            principal=_cut(principal, "principal") or "?",
+            action=_cut(action, "action") or "?",
+            project=_cut(project, "project"),
+            target=_cut(target, "target"),
+            allowed=allowed,
+        )
+    )
 
 
-def log(engine: Engine, principal: str, action: str, project: str | None, target: object,
-        allowed: bool) -> None:  # fmt: skip
+def log(
+    engine: Engine, principal: str, action: str, project: str | None, target: object, allowed: bool
+) -> None:
     """`record` in a write transaction of its own (for a decision made outside one)."""
     with write_tx(engine) as conn:
         record(conn, principal, action, project, target, allowed)

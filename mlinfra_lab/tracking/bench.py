@@ -32,16 +32,18 @@ import os
 import platform
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mlinfra_lab.results import results_dir as committed_results_dir
 from mlinfra_lab.tracking.workload import (
     DAY,
     QUERIES,
     BenchConfig,
+    Progress,
     fill_mlflow,
     fill_ours,
     synthetic_runs,
@@ -50,12 +52,16 @@ from mlinfra_lab.tracking.workload import (
 
 __all__ = ["BenchConfig", "QUERIES", "load_latest", "run_benchmark", "save", "synthetic_runs"]
 
+T = TypeVar("T")
+
 
 # -- this store ------------------------------------------------------------------------
-def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str, Any]:
+def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress: Progress) -> dict[str, Any]:
     from mlinfra_lab.tracking.store import TrackingStore
 
-    store = TrackingStore(f"sqlite:///{work / 'mlinfra.db'}", str(work / "mlinfra-artifacts"), default_user="bench")
+    store = TrackingStore(
+        f"sqlite:///{work / 'mlinfra.db'}", str(work / "mlinfra-artifacts"), default_user="bench"
+    )
     out: dict[str, Any] = {"system": "mlinfra_lab.tracking", "backend": "sqlite (WAL)"}
     runs, keys = cfg.n(cfg.log_runs), [f"m{k}" for k in range(cfg.log_metrics)]
     t0 = time.perf_counter()
@@ -73,7 +79,9 @@ def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str,
     specs = synthetic_runs(max(n_create, cfg.n(cfg.search_runs)), cfg.seed, now)
     t0 = time.perf_counter()
     for spec in progress(specs[:n_create], desc="mlinfra: create runs"):
-        run = store.start_run("search", params=spec["params"], tags=spec["tags"], start_time=spec["created"])
+        run = store.start_run(
+            "search", params=spec["params"], tags=spec["tags"], start_time=spec["created"]
+        )
         run.log_metrics(spec["metrics"])
         run.end()
     dt = time.perf_counter() - t0
@@ -82,16 +90,22 @@ def _bench_ours(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str,
     fill = specs[n_create:]
     fill_ours(store.engine, "search", fill, now, progress)
     queries = [(name, ours) for name, ours, _ in QUERIES]
-    search = time_queries(lambda f: store.search_runs("search", f, limit=100), queries, cfg.search_repeats)
-    out["search"] = {"db_runs": len(specs), "bulk_inserted": len(fill), **search,
-                     "plans": {name: store.explain_search("search", f) for name, f in queries}}  # fmt: skip
+    search = time_queries(
+        lambda f: store.search_runs("search", f, limit=100), queries, cfg.search_repeats
+    )
+    out["search"] = {
+        "db_runs": len(specs),
+        "bulk_inserted": len(fill),
+        **search,
+        "plans": {name: store.explain_search("search", f) for name, f in queries},
+    }
     out["db_bytes"] = os.path.getsize(work / "mlinfra.db")
     store.close()
     return out
 
 
 # -- MLflow ----------------------------------------------------------------------------
-def _bench_mlflow(cfg: BenchConfig, work: Path, now: float, progress) -> dict[str, Any]:
+def _bench_mlflow(cfg: BenchConfig, work: Path, now: float, progress: Progress) -> dict[str, Any]:
     import logging
 
     from mlflow.entities import Metric, Param
@@ -100,7 +114,10 @@ def _bench_mlflow(cfg: BenchConfig, work: Path, now: float, progress) -> dict[st
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     url = f"sqlite:///{work / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=url)
-    out: dict[str, Any] = {"system": "mlflow (SqlAlchemyStore via MlflowClient)", "backend": "sqlite"}
+    out: dict[str, Any] = {
+        "system": "mlflow (SqlAlchemyStore via MlflowClient)",
+        "backend": "sqlite",
+    }
     exp = client.create_experiment("log", artifact_location=(work / "mlflow-artifacts").as_uri())
     runs, keys = cfg.n(cfg.log_runs, mlflow=True), [f"m{k}" for k in range(cfg.log_metrics)]
     t0 = time.perf_counter()
@@ -118,18 +135,25 @@ def _bench_mlflow(cfg: BenchConfig, work: Path, now: float, progress) -> dict[st
     pts = [Metric(k, 0.5, int(now * 1000), s) for s in range(cfg.log_steps) for k in keys]
     t0 = time.perf_counter()
     for i in range(0, len(pts), 1000):
-        client.log_batch(rid, metrics=pts[i:i + 1000])
+        client.log_batch(rid, metrics=pts[i : i + 1000])
     dt = time.perf_counter() - t0
     out["log_batched_1000"] = {"points": len(pts), "seconds": dt, "points_per_s": len(pts) / dt}
 
-    sexp = client.create_experiment("search", artifact_location=(work / "mlflow-artifacts").as_uri())
+    sexp = client.create_experiment(
+        "search", artifact_location=(work / "mlflow-artifacts").as_uri()
+    )
     n_create = cfg.n(cfg.create_runs, mlflow=True)
     specs = synthetic_runs(max(n_create, cfg.n(cfg.search_runs)), cfg.seed, now)
     t0 = time.perf_counter()
     for spec in progress(specs[:n_create], desc="mlflow: create runs"):
-        rid = client.create_run(sexp, start_time=int(spec["created"] * 1000), tags=spec["tags"]).info.run_id
-        client.log_batch(rid, metrics=[Metric(k, v, int(now * 1000), 0) for k, v in spec["metrics"].items()],
-                         params=[Param(k, str(v)) for k, v in spec["params"].items()])  # fmt: skip
+        rid = client.create_run(
+            sexp, start_time=int(spec["created"] * 1000), tags=spec["tags"]
+        ).info.run_id
+        client.log_batch(
+            rid,
+            metrics=[Metric(k, v, int(now * 1000), 0) for k, v in spec["metrics"].items()],
+            params=[Param(k, str(v)) for k, v in spec["params"].items()],
+        )
         client.set_terminated(rid)
     dt = time.perf_counter() - t0
     out["create"] = {"runs": n_create, "seconds": dt, "runs_per_s": n_create / dt}
@@ -138,7 +162,9 @@ def _bench_mlflow(cfg: BenchConfig, work: Path, now: float, progress) -> dict[st
     fill_mlflow(url, int(sexp), fill, now, progress)
     week_ms = int((now - 7 * DAY) * 1000)
     queries = [(name, theirs.format(week_ms=week_ms)) for name, _, theirs in QUERIES]
-    search = time_queries(lambda f: client.search_runs([sexp], f, max_results=100), queries, cfg.search_repeats)
+    search = time_queries(
+        lambda f: client.search_runs([sexp], f, max_results=100), queries, cfg.search_repeats
+    )
     out["search"] = {"db_runs": len(specs), "bulk_inserted": len(fill), **search}
     out["db_bytes"] = os.path.getsize(work / "mlflow.db")
     return out
@@ -148,7 +174,10 @@ def _versions() -> dict[str, str | None]:
     import sqlite3
     from importlib.metadata import PackageNotFoundError, version
 
-    out: dict[str, str | None] = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
+    out: dict[str, str | None] = {
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+    }
     for pkg in ("mlinfra-lab", "sqlalchemy", "alembic", "fsspec", "mlflow"):
         try:
             out[pkg] = version(pkg)
@@ -163,11 +192,15 @@ def mlflow_available() -> bool:
     return importlib.util.find_spec("mlflow") is not None
 
 
-def run_benchmark(cfg: BenchConfig, workdir: str | None = None, progress=None) -> dict[str, Any]:
+def run_benchmark(
+    cfg: BenchConfig, workdir: str | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
     """Run the benchmark; return the results dict (machine, versions, config, systems, ratios)."""
     if progress is None:
-        def progress(it, desc=""):  # noqa: ANN001, ARG001 (plain iteration, no bar)
+
+        def progress(it: Iterable[T], /, desc: str = "") -> Iterable[T]:  # noqa: ARG001 (plain iteration, no bar)
             return it
+
     now = time.time()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="mlinfra-bench-", dir=workdir) as tmp:
@@ -177,57 +210,77 @@ def run_benchmark(cfg: BenchConfig, workdir: str | None = None, progress=None) -
         if cfg.with_mlflow and mlflow_available():
             systems["mlflow"] = _bench_mlflow(cfg, work, now, progress)
         elif cfg.with_mlflow:
-            notes.append("MLflow is not installed (pip install 'mlinfra-lab[bench]'): measured this store only")
+            notes.append(
+                "MLflow is not installed (pip install 'mlinfra-lab[bench]'): measured this store only"
+            )
         if cfg.with_server:
             from mlinfra_lab.tracking.server import bench as served  # needs FastAPI and uvicorn
 
             systems["served"] = served.bench_served(cfg, work, now, progress)
             command = served.mlflow_server_command(cfg.mlflow_bin) if cfg.with_mlflow else None
             if command:
-                systems["mlflow_server"] = served.bench_mlflow_server(cfg, work, now, progress, command)
+                systems["mlflow_server"] = served.bench_mlflow_server(
+                    cfg, work, now, progress, command
+                )
             elif cfg.with_mlflow:
                 notes.append(served.why_no_mlflow_server)
     result: dict[str, Any] = {
         "benchmark": "tracking",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "cpu_count": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
         "versions": _versions(),
         "config": asdict(cfg),
         "systems": systems,
         "notes": notes,
-    }  # fmt: skip
+    }
     if "mlflow" in systems:
         ours, theirs = systems["mlinfra"], systems["mlflow"]
         result["ratios"] = {
-            "log_throughput_vs_mlflow_per_step": ours["log"]["points_per_s"] / theirs["log"]["points_per_s"],
-            "log_throughput_vs_mlflow_batched_1000": ours["log"]["points_per_s"] / theirs["log_batched_1000"]["points_per_s"],
+            "log_throughput_vs_mlflow_per_step": ours["log"]["points_per_s"]
+            / theirs["log"]["points_per_s"],
+            "log_throughput_vs_mlflow_batched_1000": ours["log"]["points_per_s"]
+            / theirs["log_batched_1000"]["points_per_s"],
             "create_throughput": ours["create"]["runs_per_s"] / theirs["create"]["runs_per_s"],
             "search_p50_latency": theirs["search"]["p50_ms"] / ours["search"]["p50_ms"],
             "search_p99_latency": theirs["search"]["p99_ms"] / ours["search"]["p99_ms"],
-            "per_query_p50": {a["name"]: b["p50_ms"] / a["p50_ms"]
-                              for a, b in zip(ours["search"]["queries"], theirs["search"]["queries"], strict=True)},
-        }  # fmt: skip
+            "per_query_p50": {
+                a["name"]: b["p50_ms"] / a["p50_ms"]
+                for a, b in zip(ours["search"]["queries"], theirs["search"]["queries"], strict=True)
+            },
+        }
     if "served" in systems and "mlflow_server" in systems:
         ours, theirs = systems["served"], systems["mlflow_server"]
         result["ratios_served"] = {
-            "log_throughput_vs_mlflow_server_per_step": ours["log"]["points_per_s"] / theirs["log"]["points_per_s"],
-            "log_throughput_vs_mlflow_server_batched_1000":
-                ours["log"]["points_per_s"] / theirs["log_batched_1000"]["points_per_s"],
+            "log_throughput_vs_mlflow_server_per_step": ours["log"]["points_per_s"]
+            / theirs["log"]["points_per_s"],
+            "log_throughput_vs_mlflow_server_batched_1000": ours["log"]["points_per_s"]
+            / theirs["log_batched_1000"]["points_per_s"],
             "create_throughput": ours["create"]["runs_per_s"] / theirs["create"]["runs_per_s"],
             "search_p50_latency": theirs["search"]["p50_ms"] / ours["search"]["p50_ms"],
             "search_p99_latency": theirs["search"]["p99_ms"] / ours["search"]["p99_ms"],
-        }  # fmt: skip
+        }
     result["targets"] = {"p99_search_under_50ms": systems["mlinfra"]["search"]["p99_ms"] < 50.0}
     if "served" in systems:
-        result["targets"]["served_p99_search_under_50ms"] = systems["served"]["search"]["p99_ms"] < 50.0
+        result["targets"]["served_p99_search_under_50ms"] = (
+            systems["served"]["search"]["p99_ms"] < 50.0
+        )
     if "ratios_served" in result:
         rs = result["ratios_served"]
-        result["targets"] |= {"served_ingest_10x_mlflow_server": rs["log_throughput_vs_mlflow_server_per_step"] >= 10,
-                              "served_search_10x_mlflow_server": rs["search_p50_latency"] >= 10}  # fmt: skip
+        result["targets"] |= {
+            "served_ingest_10x_mlflow_server": rs["log_throughput_vs_mlflow_server_per_step"] >= 10,
+            "served_search_10x_mlflow_server": rs["search_p50_latency"] >= 10,
+        }
     if "ratios" in result:
-        result["targets"] |= {"log_10x_mlflow": result["ratios"]["log_throughput_vs_mlflow_per_step"] >= 10,
-                              "search_p50_10x_lower": result["ratios"]["search_p50_latency"] >= 10}  # fmt: skip
+        result["targets"] |= {
+            "log_10x_mlflow": result["ratios"]["log_throughput_vs_mlflow_per_step"] >= 10,
+            "search_p50_10x_lower": result["ratios"]["search_p50_latency"] >= 10,
+        }
     return result
 
 
@@ -249,11 +302,15 @@ def load_latest(results_dir: str | os.PathLike | None = None) -> tuple[Path, dic
     or the installed wheel's copy, `mlinfra_lab.results`), else in ``./benchmarks/results``
     and ``../benchmarks/results``.
     """
-    candidates = [Path(results_dir)] if results_dir else [
-        committed_results_dir(),
-        Path.cwd() / "benchmarks" / "results",
-        Path.cwd().parent / "benchmarks" / "results",
-    ]  # fmt: skip
+    candidates = (
+        [Path(results_dir)]
+        if results_dir
+        else [
+            committed_results_dir(),
+            Path.cwd() / "benchmarks" / "results",
+            Path.cwd().parent / "benchmarks" / "results",
+        ]
+    )
     for d in candidates:
         files = sorted(d.glob("*tracking*.json")) if d.is_dir() else []
         if files:

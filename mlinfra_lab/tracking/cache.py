@@ -63,7 +63,7 @@ class CacheStats:
 class ArtifactCache:
     """LRU disk cache of blobs; `max_bytes` bounds the sum of file sizes kept."""
 
-    def __init__(self, directory: str | os.PathLike, max_bytes: int):
+    def __init__(self, directory: str | os.PathLike, max_bytes: int) -> None:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be positive, got {max_bytes}")
         self.dir = Path(directory)
@@ -91,8 +91,9 @@ class ArtifactCache:
     def __contains__(self, sha256: str) -> bool:
         return sha256 in self._lru
 
-    def open(self, sha256: str, fetch: Callable[[], BinaryIO],
-             artifact_id: int | None = None) -> BinaryIO:  # fmt: skip
+    def open(
+        self, sha256: str, fetch: Callable[[], BinaryIO], artifact_id: int | None = None
+    ) -> BinaryIO:
         """An open binary file of the verified blob `sha256`; `fetch` opens it in the store
         on a miss. Raises `IntegrityError` when the cached or fetched bytes do not match."""
         path = self.dir / sha256
@@ -120,14 +121,14 @@ class ArtifactCache:
             if h.hexdigest() != sha256:
                 raise IntegrityError(artifact_id, sha256, h.hexdigest(), "in the artifact store")
             if size > self.max_bytes:  # too big to keep: served from the unnamed temporary file
-                return open(tmp, "rb")  # noqa: SIM115 (unlinked below; the caller closes it)
+                return open(tmp, "rb")  # unlinked below; the caller closes it
             self._evict(size)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
         self._lru[sha256] = size
         self._total += size
-        return open(path, "rb")  # noqa: SIM115 (the caller closes it)
+        return open(path, "rb")  # the caller closes it
 
     def _drop(self, sha256: str) -> None:
         self._total -= self._lru.pop(sha256, 0)

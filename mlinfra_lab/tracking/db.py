@@ -59,8 +59,17 @@ from sqlalchemy.exc import DBAPIError
 
 from mlinfra_lab.tracking.errors import DatabaseError
 
-__all__ = ["make_engine", "migrate", "write_tx", "transact", "database_errors", "current_revision",
-           "head_revision", "MIGRATIONS_DIR", "RETRIES"]  # fmt: skip
+__all__ = [
+    "make_engine",
+    "migrate",
+    "write_tx",
+    "transact",
+    "database_errors",
+    "current_revision",
+    "head_revision",
+    "MIGRATIONS_DIR",
+    "RETRIES",
+]
 
 T = TypeVar("T")
 RETRIES = 10  # attempts of a transaction PostgreSQL aborted (deadlock, serialization failure)
@@ -171,8 +180,12 @@ def migrate(engine: Engine, revision: str = "head") -> None:
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     with write_tx(engine) as conn:  # on SQLite: BEGIN IMMEDIATE, one migrator at a time
         if conn.dialect.name == "postgresql":  # one migrator per schema; released at commit
-            conn.execute(text("SELECT pg_advisory_xact_lock(CAST(:cls AS integer), hashtext(coalesce(current_schema(), '')))"),
-                         {"cls": _PG_LOCK_CLASS})  # fmt: skip
+            conn.execute(
+                text(
+                    "SELECT pg_advisory_xact_lock(CAST(:cls AS integer), hashtext(coalesce(current_schema(), '')))"
+                ),
+                {"cls": _PG_LOCK_CLASS},
+            )
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 

@@ -52,20 +52,25 @@ class TrackingError(MlinfraError):
 class AuthenticationError(TrackingError):
     """The tracking server found no valid token on the request: absent, unknown or revoked."""
 
-    def __init__(self, message: str = "no valid token: send 'Authorization: Bearer <token>' with a token "
-                                      "a store ADMIN created (mlinfra-lab track token create USER); "
-                                      "a revoked token is refused like an unknown one"):  # fmt: skip
+    def __init__(
+        self,
+        message: str = "no valid token: send 'Authorization: Bearer <token>' with a token "
+        "a store ADMIN created (mlinfra-lab track token create USER); "
+        "a revoked token is refused like an unknown one",
+    ) -> None:
         super().__init__(message)
 
 
 class IdentityError(TrackingError, ValueError):
     """A request through the tracking server that names a user: the server acts as the token's user."""
 
-    def __init__(self, named: str, token_user: str | None = None):
+    def __init__(self, named: str, token_user: str | None = None) -> None:
         self.named = named
         who = f" ({token_user!r})" if token_user else ""
-        super().__init__(f"the request names user {named!r}, but the server acts only as its token's user{who}; "
-                         "remove the user (or log in with that user's token)")
+        super().__init__(
+            f"the request names user {named!r}, but the server acts only as its token's user{who}; "
+            "remove the user (or log in with that user's token)"
+        )
 
 
 class RequestTooLarge(TrackingError, ValueError):
@@ -91,17 +96,19 @@ class DatabaseError(TrackingError):
     hostile filter); `sqlstate` and `driver_error` (the exception class name) are attributes.
     """
 
-    def __init__(self, what: str, driver_error: str, sqlstate: str | None, wrote: bool):
+    def __init__(self, what: str, driver_error: str, sqlstate: str | None, wrote: bool) -> None:
         self.what, self.driver_error, self.sqlstate = what, driver_error, sqlstate
         done = "it was rolled back and nothing was written" if wrote else "nothing was changed"
-        super().__init__(f"the database failed while {what} ({driver_error}, SQLSTATE {sqlstate or 'unknown'}); "
-                         f"{done}. Retry; if it persists, the server's log has the statement")
+        super().__init__(
+            f"the database failed while {what} ({driver_error}, SQLSTATE {sqlstate or 'unknown'}); "
+            f"{done}. Retry; if it persists, the server's log has the statement"
+        )
 
 
 class IntegrityError(TrackingError):
     """Bytes read from the artifact store do not match the sha256 recorded at upload."""
 
-    def __init__(self, artifact_id: int | None, expected: str, actual: str, where: str):
+    def __init__(self, artifact_id: int | None, expected: str, actual: str, where: str) -> None:
         self.artifact_id, self.expected, self.actual, self.where = (
             artifact_id,
             expected,
@@ -118,12 +125,16 @@ class IntegrityError(TrackingError):
 class PermissionDenied(TrackingError, PermissionError):
     """The principal lacks the grant an operation needs; the message names that grant."""
 
-    def __init__(self, principal: str, project: str, needed: str, action: str, scope: str | None = None):
+    def __init__(
+        self, principal: str, project: str, needed: str, action: str, scope: str | None = None
+    ) -> None:
         self.principal, self.project, self.needed, self.action = principal, project, needed, action
         self.scope = scope or f"project:{project}"
         if self.scope != f"project:{project}":  # a store-wide or team operation
-            super().__init__(f"{principal!r} may not {action}: needs {needed} ({self.scope}); "
-                             "ask a store ADMIN (see TrackingStore.set_store_admin)")
+            super().__init__(
+                f"{principal!r} may not {action}: needs {needed} ({self.scope}); "
+                "ask a store ADMIN (see TrackingStore.set_store_admin)"
+            )
             return
         super().__init__(
             f"{principal!r} may not {action} in project {project!r}: needs grant {needed} "
@@ -140,19 +151,28 @@ class NotFoundOrDenied(PermissionDenied, NotFound):
     handed to the audit log only.
     """
 
-    def __init__(self, principal: str, target: str, action: str, audit_project: str | None = None):
+    def __init__(
+        self, principal: str, target: str, action: str, audit_project: str | None = None
+    ) -> None:
         self.principal, self.project, self.needed, self.action = principal, None, "VIEW", action
         self.scope, self._audit_project = target, audit_project
-        Exception.__init__(self, f"{target} not found, or {principal!r} may not {action} there; check the "
-                                 "id, or ask an ADMIN of its project for a grant")
+        Exception.__init__(
+            self,
+            f"{target} not found, or {principal!r} may not {action} there; check the "
+            "id, or ask an ADMIN of its project for a grant",
+        )
 
 
 class QueryError(TrackingError, ValueError):
     """A search filter that does not parse; points at the offending character."""
 
-    def __init__(self, message: str, text: str, position: int):
+    def __init__(self, message: str, text: str, position: int) -> None:
         self.reason, self.text, self.position = message, text, position
         start = max(0, position - 60)  # a long filter is shown as a window around the position
-        shown = ("..." if start else "") + text[start:position + 60] + ("..." if len(text) > position + 60 else "")
+        shown = (
+            ("..." if start else "")
+            + text[start : position + 60]
+            + ("..." if len(text) > position + 60 else "")
+        )
         caret = " " * (position - start + (3 if start else 0)) + "^"
         super().__init__(f"{message} at character {position}:\n  {shown}\n  {caret}")

@@ -27,10 +27,18 @@ __all__ = [
 ]
 
 GiB = 2**30
-_INLINE_ROWS = (("database size (MB)", "db_bytes", 1e-6), ("narrow query (ms)", "narrow_query_ms", 1),
-                ("whole-row query (ms)", "row_query_ms", 1), ("backup (ms)", "backup_ms", 1))
-_NODE_COLORS = {"dataset": "tab:green", "code": "tab:gray", "run": "tab:blue",
-                "artifact": "tab:orange"}
+_INLINE_ROWS = (
+    ("database size (MB)", "db_bytes", 1e-6),
+    ("narrow query (ms)", "narrow_query_ms", 1),
+    ("whole-row query (ms)", "row_query_ms", 1),
+    ("backup (ms)", "backup_ms", 1),
+)
+_NODE_COLORS = {
+    "dataset": "tab:green",
+    "code": "tab:gray",
+    "run": "tab:blue",
+    "artifact": "tab:orange",
+}
 
 
 def _axes(ax: Any, size: tuple[float, float]) -> tuple[Any, Any]:
@@ -46,11 +54,18 @@ def plot_inline_vs_reference(ivr: dict[str, Any], ax: Any = None) -> Any:
     """Bars of `experiments.inline_vs_reference`: size, queries and backup, both designs."""
     fig, ax = _axes(ax, (7, 3))
     labels = [row[0] for row in _INLINE_ROWS]
-    ax.barh([label + " " for label in labels],
-            [ivr["inline"][key] * k for _, key, k in _INLINE_ROWS], label="blobs inline",
-            color="tab:red")
-    ax.barh(labels, [ivr["reference"][key] * k for _, key, k in _INLINE_ROWS],
-            label="blobs by reference", color="tab:blue")
+    ax.barh(
+        [label + " " for label in labels],
+        [ivr["inline"][key] * k for _, key, k in _INLINE_ROWS],
+        label="blobs inline",
+        color="tab:red",
+    )
+    ax.barh(
+        labels,
+        [ivr["reference"][key] * k for _, key, k in _INLINE_ROWS],
+        label="blobs by reference",
+        color="tab:blue",
+    )
     ax.set_xscale("log")
     ax.set_xlabel("log scale")
     ax.legend(loc="lower right")
@@ -63,10 +78,18 @@ def plot_json_appends(hpj: dict[str, Any], ax: Any = None) -> Any:
     """`experiments.hot_params_vs_json`'s appends: cost of one point against history length."""
     fig, ax = _axes(ax, (5, 3))
     lengths = [a["history"] for a in hpj["append"]]
-    ax.loglog(lengths, [a["json_ms"] for a in hpj["append"]], "o-",
-              label="rewrite the run's JSON document")
-    ax.loglog(lengths, [a["table_ms"] for a in hpj["append"]], "s-",
-              label="insert one row (append-only table)")
+    ax.loglog(
+        lengths,
+        [a["json_ms"] for a in hpj["append"]],
+        "o-",
+        label="rewrite the run's JSON document",
+    )
+    ax.loglog(
+        lengths,
+        [a["table_ms"] for a in hpj["append"]],
+        "s-",
+        label="insert one row (append-only table)",
+    )
     ax.set_xlabel("points already in the history")
     ax.set_ylabel("ms to append one point")
     ax.legend(fontsize=8)
@@ -88,26 +111,50 @@ def plot_lineage(graph: Any, ax: Any = None) -> Any:
     for node in graph.nodes:
         graph.nodes[node]["layer"] = layer(node)
     pos = nx.multipartite_layout(graph, subset_key="layer")
-    nx.draw_networkx(graph, pos, ax=ax, node_size=900, font_size=7, arrowsize=12,
-                     node_color=[_NODE_COLORS[n.split(":")[0]] for n in graph.nodes],
-                     labels={n: graph.nodes[n].get("label", n) for n in graph.nodes})
-    nx.draw_networkx_edge_labels(graph, pos, ax=ax, font_size=6, edge_labels={
-        (s, d): r["relation"] for s, d, r in graph.edges(data=True)})
-    ax.set_title("lineage: datasets and code (left) -> runs -> artifacts -> runs that consumed them")
+    nx.draw_networkx(
+        graph,
+        pos,
+        ax=ax,
+        node_size=900,
+        font_size=7,
+        arrowsize=12,
+        node_color=[_NODE_COLORS[n.split(":")[0]] for n in graph.nodes],
+        labels={n: graph.nodes[n].get("label", n) for n in graph.nodes},
+    )
+    nx.draw_networkx_edge_labels(
+        graph,
+        pos,
+        ax=ax,
+        font_size=6,
+        edge_labels={(s, d): r["relation"] for s, d, r in graph.edges(data=True)},
+    )
+    ax.set_title(
+        "lineage: datasets and code (left) -> runs -> artifacts -> runs that consumed them"
+    )
     ax.axis("off")
     fig.tight_layout()
     return fig
 
 
-def plot_cache_hit_rates(simulated: dict[int, float], measured: Any, artifact_bytes: int,
-                         title: str, ax: Any = None) -> Any:
+def plot_cache_hit_rates(
+    simulated: dict[int, float], measured: Any, artifact_bytes: int, title: str, ax: Any = None
+) -> Any:
     """Simulated LRU hit rate against cache size (`experiments.skewed_access_hit_rates`), and
     the store's cache measured on the same trace (its `CacheStats`) as one point."""
     fig, ax = _axes(ax, (6, 3))
-    ax.plot([c / artifact_bytes for c in simulated], list(simulated.values()), "o-",
-            label="LRU, simulated on the same trace")
-    ax.plot([measured.max_bytes / artifact_bytes], [measured.hit_rate], "r*", markersize=14,
-            label="the store's cache, measured")
+    ax.plot(
+        [c / artifact_bytes for c in simulated],
+        list(simulated.values()),
+        "o-",
+        label="LRU, simulated on the same trace",
+    )
+    ax.plot(
+        [measured.max_bytes / artifact_bytes],
+        [measured.hit_rate],
+        "r*",
+        markersize=14,
+        label="the store's cache, measured",
+    )
     ax.set_xlabel("cache size (artifacts)")
     ax.set_ylabel("hit rate")
     ax.set_ylim(0, 1)
@@ -124,9 +171,14 @@ def plot_retention(sim: Any, ax: Any = None, stacked: bool = True) -> Any:
     kept, cold = [b / GiB for b in sim.kept_bytes], [b / GiB for b in sim.cold_bytes]
     if stacked:
         ax.plot(sim.days, [b / GiB for b in sim.unmanaged_bytes], "k--", label="keep everything")
-        ax.stackplot(sim.days, kept, cold, labels=["hot tier (with policy)",
-                                                   "cold tier (with policy)"],
-                     colors=["tab:red", "tab:blue"], alpha=0.7)
+        ax.stackplot(
+            sim.days,
+            kept,
+            cold,
+            labels=["hot tier (with policy)", "cold tier (with policy)"],
+            colors=["tab:red", "tab:blue"],
+            alpha=0.7,
+        )
         ax.set_title("storage over a year of simulated runs")
         ax.set_ylabel("GiB stored")
     else:
@@ -148,18 +200,28 @@ def plot_bench(result: dict[str, Any]) -> Any:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     names = ["this store"] + (["MLflow,\nper step", "MLflow,\nbatches of 1000"] if ml else [])
     vals = [ours["log"]["points_per_s"]] + (
-        [ml["log"]["points_per_s"], ml["log_batched_1000"]["points_per_s"]] if ml else [])
+        [ml["log"]["points_per_s"], ml["log_batched_1000"]["points_per_s"]] if ml else []
+    )
     axes[0].bar(names, vals, color=["tab:blue", "tab:red", "salmon"][: len(vals)])
     axes[0].set_yscale("log")
     axes[0].set_ylabel("metric points / s")
     axes[0].set_title("logging throughput")
     queries = [q["name"] for q in ours["search"]["queries"]]
     x = range(len(queries))
-    axes[1].bar([i - 0.2 for i in x], [q["p50_ms"] for q in ours["search"]["queries"]], 0.4,
-                label="this store p50")
+    axes[1].bar(
+        [i - 0.2 for i in x],
+        [q["p50_ms"] for q in ours["search"]["queries"]],
+        0.4,
+        label="this store p50",
+    )
     if ml:
-        axes[1].bar([i + 0.2 for i in x], [q["p50_ms"] for q in ml["search"]["queries"]], 0.4,
-                    label="MLflow p50", color="tab:red")
+        axes[1].bar(
+            [i + 0.2 for i in x],
+            [q["p50_ms"] for q in ml["search"]["queries"]],
+            0.4,
+            label="MLflow p50",
+            color="tab:red",
+        )
     axes[1].set_xticks(list(x), queries, rotation=25, ha="right", fontsize=8)
     axes[1].set_yscale("log")
     axes[1].set_ylabel("ms")

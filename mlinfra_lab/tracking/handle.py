@@ -26,8 +26,9 @@ __all__ = ["RunHandle"]
 class RunHandle(ABC):
     """Base of `Run` and `RemoteRun` (see the module doc)."""
 
-    def __init__(self, run_id: int, project: str, name: str, user: str,
-                 batch_size: int = 1000) -> None:  # fmt: skip
+    def __init__(
+        self, run_id: int, project: str, name: str, user: str, batch_size: int = 1000
+    ) -> None:
         self.id, self.project, self.name, self.user = run_id, project, name, user
         self.batch_size = batch_size
         self._step = 0

@@ -27,12 +27,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, insert, literal, select
 
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level, effective_level
 from mlinfra_lab.tracking.errors import NotFoundOrDenied, TrackingError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["LineageGraph", "bury", "node_id", "require_visible", "walk"]
 
@@ -62,12 +66,13 @@ class LineageGraph:
     direction: str
     nodes: dict[str, str] = field(default_factory=dict)  # node id -> human label
     edges: list[tuple[str, str, str]] = field(default_factory=list)  # (src, dst, relation)
-    deleted: dict[str, str] = field(default_factory=dict)  # tombstoned node -> "deleted by retention at ..."
+    # tombstoned node -> "deleted by retention at ..."
+    deleted: dict[str, str] = field(default_factory=dict)
 
     def of_kind(self, kind: str) -> list[str]:
         return [n for n in self.nodes if n.startswith(kind + ":")]
 
-    def to_networkx(self):
+    def to_networkx(self) -> nx.DiGraph:
         """A networkx DiGraph (for drawing); needs networkx installed."""
         import networkx as nx
 
@@ -79,8 +84,9 @@ class LineageGraph:
         return g
 
 
-def node_projects(conn: Connection, nodes: Iterable[str],
-                  with_tombstones: bool = True) -> dict[str, tuple[int | None, str]]:  # fmt: skip
+def node_projects(
+    conn: Connection, nodes: Iterable[str], with_tombstones: bool = True
+) -> dict[str, tuple[int | None, str]]:
     """node -> (project id or None for code, label), for the nodes that exist (or, deleted, left a tombstone)."""
     by_kind: dict[str, list[int]] = {"dataset": [], "run": [], "artifact": []}
     out: dict[str, tuple[int | None, str]] = {}
@@ -92,13 +98,17 @@ def node_projects(conn: Connection, nodes: Iterable[str],
             by_kind[kind].append(int(key))
     if by_kind["dataset"]:
         d = S.datasets
-        for r in conn.execute(select(d.c.id, d.c.project_id, d.c.name, d.c.version)
-                              .where(d.c.id.in_(by_kind["dataset"]))):  # fmt: skip
+        for r in conn.execute(
+            select(d.c.id, d.c.project_id, d.c.name, d.c.version).where(
+                d.c.id.in_(by_kind["dataset"])
+            )
+        ):
             out[f"dataset:{r.id}"] = (r.project_id, f"{r.name}@{r.version}")
     if by_kind["run"]:
         r_ = S.runs
-        for r in conn.execute(select(r_.c.id, r_.c.project_id, r_.c.name).where(
-                r_.c.id.in_(by_kind["run"]))):  # fmt: skip
+        for r in conn.execute(
+            select(r_.c.id, r_.c.project_id, r_.c.name).where(r_.c.id.in_(by_kind["run"]))
+        ):
             out[f"run:{r.id}"] = (r.project_id, r.name)
     if by_kind["artifact"]:
         a, r_ = S.artifacts, S.runs
@@ -108,20 +118,52 @@ def node_projects(conn: Connection, nodes: Iterable[str],
         gone = [i for i in by_kind["artifact"] if f"artifact:{i}" not in out]
         if gone and with_tombstones:
             t = S.tombstones
-            for r in conn.execute(select(t.c.artifact_id, t.c.project_id, t.c.name, t.c.reason)
-                                  .where(t.c.artifact_id.in_(gone))):  # fmt: skip
-                out[f"artifact:{r.artifact_id}"] = (r.project_id, f"{r.name} (deleted by {r.reason})")
+            for r in conn.execute(
+                select(t.c.artifact_id, t.c.project_id, t.c.name, t.c.reason).where(
+                    t.c.artifact_id.in_(gone)
+                )
+            ):
+                out[f"artifact:{r.artifact_id}"] = (
+                    r.project_id,
+                    f"{r.name} (deleted by {r.reason})",
+                )
     return out
 
 
 def bury(conn: Connection, artifact_ids: list[int], reason: str) -> None:
     """Write tombstones for the unpinned artifacts among `artifact_ids`, before their rows are deleted."""
     a, r, t = S.artifacts, S.runs, S.tombstones
-    rows = (select(a.c.id, r.c.project_id, a.c.run_id, a.c.name, a.c.kind, a.c.sha256, a.c.size,
-                   literal(time.time()), literal(reason))
-            .join(r, r.c.id == a.c.run_id).where(a.c.id.in_(artifact_ids), a.c.pinned.is_(False)))  # fmt: skip
-    conn.execute(insert(t).from_select(["artifact_id", "project_id", "run_id", "name", "kind", "sha256", "size",
-                                        "deleted_at", "reason"], rows))  # fmt: skip
+    rows = (
+        select(
+            a.c.id,
+            r.c.project_id,
+            a.c.run_id,
+            a.c.name,
+            a.c.kind,
+            a.c.sha256,
+            a.c.size,
+            literal(time.time()),
+            literal(reason),
+        )
+        .join(r, r.c.id == a.c.run_id)
+        .where(a.c.id.in_(artifact_ids), a.c.pinned.is_(False))
+    )
+    conn.execute(
+        insert(t).from_select(
+            [
+                "artifact_id",
+                "project_id",
+                "run_id",
+                "name",
+                "kind",
+                "sha256",
+                "size",
+                "deleted_at",
+                "reason",
+            ],
+            rows,
+        )
+    )
 
 
 def _tombstones(conn: Connection, nodes: Iterable[str]) -> dict[str, str]:
@@ -130,12 +172,19 @@ def _tombstones(conn: Connection, nodes: Iterable[str]) -> dict[str, str]:
     if not ids:
         return {}
     t = S.tombstones
-    rows = conn.execute(select(t.c.artifact_id, t.c.reason, t.c.deleted_at).where(t.c.artifact_id.in_(ids)))
-    return {f"artifact:{r.artifact_id}": f"deleted by {r.reason} at "
-            f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(r.deleted_at))} UTC" for r in rows}  # fmt: skip
+    rows = conn.execute(
+        select(t.c.artifact_id, t.c.reason, t.c.deleted_at).where(t.c.artifact_id.in_(ids))
+    )
+    return {
+        f"artifact:{r.artifact_id}": f"deleted by {r.reason} at "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(r.deleted_at))} UTC"
+        for r in rows
+    }
 
 
-def require_visible(conn: Connection, node: str, user: str, action: str, allow_deleted: bool = True) -> None:
+def require_visible(
+    conn: Connection, node: str, user: str, action: str, allow_deleted: bool = True
+) -> None:
     """Raise `NotFoundOrDenied` unless `node` exists and `user` may VIEW its project.
 
     A missing node and an invisible one get the same answer; a code node is visible to
@@ -144,8 +193,11 @@ def require_visible(conn: Connection, node: str, user: str, action: str, allow_d
     found = node_projects(conn, [node], with_tombstones=allow_deleted).get(node)
     pid = None if found is None else found[0]
     if found is None or (pid is not None and effective_level(conn, pid, user) < Level.VIEW):
-        project = None if pid is None else conn.execute(
-            select(S.projects.c.name).where(S.projects.c.id == pid)).scalar()  # fmt: skip
+        project = (
+            None
+            if pid is None
+            else conn.execute(select(S.projects.c.name).where(S.projects.c.id == pid)).scalar()
+        )
         raise NotFoundOrDenied(user, node, action, audit_project=project)
 
 

@@ -53,15 +53,30 @@ AuditFn = Callable[[Connection, str, str, str | None, str | None, bool], None]
 def artifact_records(conn: Connection, project_ids: Sequence[int]) -> list[ArtifactRecord]:
     """Every artifact of the projects `project_ids`, as the records `plan_retention` reads."""
     a, r, p = S.artifacts, S.runs, S.projects
-    q = (select(a.c.id, p.c.name, a.c.run_id, r.c.created_at.label("run_created"), a.c.kind,
-                a.c.step, a.c.created_at, a.c.size, a.c.tier, a.c.pinned, a.c.uri)
-         .join(r, r.c.id == a.c.run_id).join(p, p.c.id == r.c.project_id)
-         .where(p.c.id.in_(project_ids)))  # fmt: skip
+    q = (
+        select(
+            a.c.id,
+            p.c.name,
+            a.c.run_id,
+            r.c.created_at.label("run_created"),
+            a.c.kind,
+            a.c.step,
+            a.c.created_at,
+            a.c.size,
+            a.c.tier,
+            a.c.pinned,
+            a.c.uri,
+        )
+        .join(r, r.c.id == a.c.run_id)
+        .join(p, p.c.id == r.c.project_id)
+        .where(p.c.id.in_(project_ids))
+    )
     return [ArtifactRecord(*row) for row in conn.execute(q)]
 
 
-def execute_plan(engine: Engine, plan: RetentionPlan, user: str,
-                 audit_fn: AuditFn = audit.record) -> RetentionPlan:  # fmt: skip
+def execute_plan(
+    engine: Engine, plan: RetentionPlan, user: str, audit_fn: AuditFn = audit.record
+) -> RetentionPlan:
     """Carry out `plan` (computed for `user`'s ADMIN projects); return it marked applied."""
     a, notes = S.artifacts, []
     policy = plan.policy
@@ -76,30 +91,53 @@ def execute_plan(engine: Engine, plan: RetentionPlan, user: str,
             continue
         ids: list[int] = []
         with open_uri(row.uri) as f:  # the cold copy is a pending upload until its row points at it
-            put = cold.put(f, before_publish=lambda uri, ids=ids: ids.append(uploads.pending(engine, uri)))
+            put = cold.put(
+                f, before_publish=lambda uri, ids=ids: ids.append(uploads.pending(engine, uri))
+            )
         if put.sha256 != row.sha256:
             raise IntegrityError(act.artifact_id, row.sha256, put.sha256, f"at {row.uri}")
         with audit.audited_write(engine, "applying retention") as conn:
-            n = conn.execute(update(a).where(a.c.id == act.artifact_id, a.c.uri == row.uri, a.c.pinned.is_(False))
-                             .values(uri=put.uri, tier="cold")).rowcount  # fmt: skip
+            n = conn.execute(
+                update(a)
+                .where(a.c.id == act.artifact_id, a.c.uri == row.uri, a.c.pinned.is_(False))
+                .values(uri=put.uri, tier="cold")
+            ).rowcount
             conn.execute(delete(S.pending_uploads).where(S.pending_uploads.c.id == ids[0]))
         if n != 1:
-            notes.append(f"artifact {act.artifact_id} was pinned or changed since planning: not moved")
+            notes.append(
+                f"artifact {act.artifact_id} was pinned or changed since planning: not moved"
+            )
     ids = plan.deletes
     with audit.audited_write(engine, "applying retention") as conn:
-        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
-            lineage.bury(conn, chunk, "retention")  # a tombstone for each row about to go; edges stay
+        for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
+            # a tombstone for each row about to go; edges stay
+            lineage.bury(conn, chunk, "retention")
             n = conn.execute(delete(a).where(a.c.id.in_(chunk), a.c.pinned.is_(False))).rowcount
             if n != len(chunk):
-                notes.append(f"{len(chunk) - n} listed artifacts were pinned or gone since planning")
-        audit_fn(conn, user, "apply_retention", None, f"{len(ids)} deletes, {len(plan.moves)} moves", True)
+                notes.append(
+                    f"{len(chunk) - n} listed artifacts were pinned or gone since planning"
+                )
+        audit_fn(
+            conn,
+            user,
+            "apply_retention",
+            None,
+            f"{len(ids)} deletes, {len(plan.moves)} moves",
+            True,
+        )
     return replace(plan, applied=True, notes=tuple(notes))
 
 
-def collect_garbage(engine: Engine, blobs: BlobStore, grace_seconds: float, dry_run: bool,
-                    extra_roots: Sequence[str], user: str,
-                    stale_upload_seconds: float = uploads.STALE_UPLOAD_S,
-                    audit_fn: AuditFn = audit.record) -> GcReport:  # fmt: skip
+def collect_garbage(
+    engine: Engine,
+    blobs: BlobStore,
+    grace_seconds: float,
+    dry_run: bool,
+    extra_roots: Sequence[str],
+    user: str,
+    stale_upload_seconds: float = uploads.STALE_UPLOAD_S,
+    audit_fn: AuditFn = audit.record,
+) -> GcReport:
     """Delete (or, in a dry run, list) unreferenced blobs older than `grace_seconds`, and stale uploads.
 
     Each blob is re-checked and deleted inside a write transaction holding its lock
@@ -109,10 +147,17 @@ def collect_garbage(engine: Engine, blobs: BlobStore, grace_seconds: float, dry_
     now = time.time()
     with audit.audited_read(engine, "collecting garbage") as conn:
         referenced = set(conn.execute(select(S.artifacts.c.uri).distinct()).scalars())
-        cold_roots = {u.split("/blobs/")[0] for u in conn.execute(
-            select(S.artifacts.c.uri).where(S.artifacts.c.tier == "cold").distinct()).scalars()}  # fmt: skip
-    roots = [blobs] + [BlobStore(to_url(r)) for r in sorted(cold_roots | set(extra_roots))
-                       if to_url(r) != blobs.root]  # fmt: skip
+        cold_roots = {
+            u.split("/blobs/")[0]
+            for u in conn.execute(
+                select(S.artifacts.c.uri).where(S.artifacts.c.tier == "cold").distinct()
+            ).scalars()
+        }
+    roots = [blobs] + [
+        BlobStore(to_url(r))
+        for r in sorted(cold_roots | set(extra_roots))
+        if to_url(r) != blobs.root
+    ]
     deleted, freed, kept = [], 0, 0
     for root in roots:
         for uri, mtime in root.list_blobs():
@@ -120,7 +165,9 @@ def collect_garbage(engine: Engine, blobs: BlobStore, grace_seconds: float, dry_
                 kept += 1
             elif now - mtime >= grace_seconds:
                 size = root.size(uri)
-                if dry_run or uploads.delete_if_unused(engine, root, uri, now, stale_upload_seconds):
+                if dry_run or uploads.delete_if_unused(
+                    engine, root, uri, now, stale_upload_seconds
+                ):
                     freed += size
                     deleted.append(uri)
                 else:
@@ -128,5 +175,7 @@ def collect_garbage(engine: Engine, blobs: BlobStore, grace_seconds: float, dry_
     swept, swept_bytes = uploads.sweep_stale(engine, roots, now, stale_upload_seconds, dry_run)
     if not dry_run:
         with write_tx(engine) as conn:
-            audit_fn(conn, user, "gc", None, f"{len(deleted)} blobs, {len(swept)} stale uploads", True)
+            audit_fn(
+                conn, user, "gc", None, f"{len(deleted)} blobs, {len(swept)} stale uploads", True
+            )
     return GcReport(tuple(deleted + swept), freed + swept_bytes, kept, dry_run)

@@ -65,13 +65,21 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, not_, or_, select
+from sqlalchemy import Column, ColumnElement, Select, Table, and_, exists, not_, or_, select
 
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import QueryError
 
-__all__ = ["MAX_CONDITIONS", "MAX_DEPTH", "MAX_FILTER_CHARS", "MAX_IN_VALUES", "Pred", "compile_filter",
-           "compile_order_by", "tokenize"]  # fmt: skip
+__all__ = [
+    "MAX_CONDITIONS",
+    "MAX_DEPTH",
+    "MAX_FILTER_CHARS",
+    "MAX_IN_VALUES",
+    "Pred",
+    "compile_filter",
+    "compile_order_by",
+    "tokenize",
+]
 
 MAX_FILTER_CHARS = 4000
 MAX_DEPTH = 16  # nested parentheses and nots
@@ -90,13 +98,34 @@ _TOKEN = re.compile(
     re.VERBOSE | re.ASCII,  # digits and spaces are ASCII: float() must accept every number token
 )
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_OPS = {"=": operator.eq, "==": operator.eq, "!=": operator.ne, "<>": operator.ne,
-        "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}  # fmt: skip
+_OPS = {
+    "=": operator.eq,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<>": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 _KEYWORDS = {"and", "or", "not", "in", "like", "asc", "desc"}
-_KINDS = {"metrics": "metrics", "metric": "metrics", "params": "params", "param": "params",
-          "tags": "tags", "tag": "tags"}  # fmt: skip
-_ATTRS = {"status": "status", "user": "user", "name": "name", "code_commit": "code_commit",
-          "id": "id", "created": "created_at", "ended": "ended_at"}  # fmt: skip
+_KINDS = {
+    "metrics": "metrics",
+    "metric": "metrics",
+    "params": "params",
+    "param": "params",
+    "tags": "tags",
+    "tag": "tags",
+}
+_ATTRS = {
+    "status": "status",
+    "user": "user",
+    "name": "name",
+    "code_commit": "code_commit",
+    "id": "id",
+    "created": "created_at",
+    "ended": "ended_at",
+}
 _TIME_ATTRS = {"created_at", "ended_at"}
 
 
@@ -112,15 +141,21 @@ def tokenize(text: str) -> list[Token]:
     if not isinstance(text, str):
         raise QueryError(f"a filter is a string, not {type(text).__name__}", repr(text)[:80], 0)
     if len(text) > MAX_FILTER_CHARS:
-        raise QueryError(f"filter longer than {MAX_FILTER_CHARS} characters; split the search", text[:80] + "...",
-                         MAX_FILTER_CHARS if len(text) <= 80 else 80)  # fmt: skip
+        raise QueryError(
+            f"filter longer than {MAX_FILTER_CHARS} characters; split the search",
+            text[:80] + "...",
+            MAX_FILTER_CHARS if len(text) <= 80 else 80,
+        )
     if "\x00" in text:
         raise QueryError("NUL byte in filter", text.replace("\x00", "?"), text.index("\x00"))
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
-        raise QueryError("character that cannot be encoded (a lone surrogate)",
-                         text.encode("utf-8", "replace").decode(), err.start) from None  # fmt: skip
+        raise QueryError(
+            "character that cannot be encoded (a lone surrogate)",
+            text.encode("utf-8", "replace").decode(),
+            err.start,
+        ) from None
     tokens, pos = [], 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
@@ -143,7 +178,7 @@ class Field:
 
 
 class _Parser:
-    def __init__(self, text: str, now: float):
+    def __init__(self, text: str, now: float) -> None:
         self.text, self.now = text, now
         self.toks, self.i = tokenize(text), 0
         self.preds: dict[int, Pred] = {}  # id(IN-form expression) -> its predicate
@@ -208,7 +243,9 @@ class _Parser:
 
     def nested(self, tok: Token, parse: Callable[[], ColumnElement[bool]]) -> ColumnElement[bool]:
         if self.depth >= MAX_DEPTH:
-            self.error(f"more than {MAX_DEPTH} nested parentheses or 'not's; simplify the filter", tok)
+            self.error(
+                f"more than {MAX_DEPTH} nested parentheses or 'not's; simplify the filter", tok
+            )
         self.depth += 1
         try:
             return parse()
@@ -239,7 +276,10 @@ class _Parser:
             return Field("attr", _ATTRS[word], tok.pos)
         raise QueryError(
             f"unknown field {tok.text!r}: use metrics.KEY, params.KEY, tags.KEY or one of "
-            f"{', '.join(sorted(_ATTRS))}", self.text, tok.pos)  # fmt: skip
+            f"{', '.join(sorted(_ATTRS))}",
+            self.text,
+            tok.pos,
+        )
 
     def value(self, f: Field) -> Any:
         tok = self.tok
@@ -254,7 +294,7 @@ class _Parser:
             v = self.now + float(tok.text[:-1]) * _UNITS[tok.text[-1]]
         else:
             self.i -= 1
-            self.error("expected a value: a number, a \"string\" or a relative time like -30d")
+            self.error('expected a value: a number, a "string" or a relative time like -30d')
         if f.kind == "metrics" and not isinstance(v, float):
             self.error("metrics are numbers: compare with a number", tok)
         if f.kind == "tags" and not isinstance(v, str):
@@ -263,9 +303,14 @@ class _Parser:
             try:
                 d = datetime.fromisoformat(v)
             except ValueError:
-                self.error("expected an ISO date such as \"2026-11-01\" or a relative time", tok)
+                self.error('expected an ISO date such as "2026-11-01" or a relative time', tok)
             v = (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
-        if f.kind == "attr" and f.key not in _TIME_ATTRS and f.key != "id" and not isinstance(v, str):
+        if (
+            f.kind == "attr"
+            and f.key not in _TIME_ATTRS
+            and f.key != "id"
+            and not isinstance(v, str)
+        ):
             self.error(f"{f.key} is a string: put the value in quotes", tok)
         if f.kind == "attr" and f.key == "id" and not isinstance(v, float):
             self.error("id is a number: compare with a number such as 42", tok)
@@ -276,7 +321,9 @@ class _Parser:
     def comparison(self) -> ColumnElement[bool]:
         self.conditions += 1
         if self.conditions > MAX_CONDITIONS:
-            self.error(f"more than {MAX_CONDITIONS} comparisons in one filter; narrow it, or use 'in' lists")
+            self.error(
+                f"more than {MAX_CONDITIONS} comparisons in one filter; narrow it, or use 'in' lists"
+            )
         f = self.field()
         negate = self.keyword("not")
         if self.keyword("in"):
@@ -285,7 +332,9 @@ class _Parser:
             values = [self.value(f)]
             while self.punct(","):
                 if len(values) >= MAX_IN_VALUES:
-                    self.error(f"more than {MAX_IN_VALUES} values in one 'in' list; split the search")
+                    self.error(
+                        f"more than {MAX_IN_VALUES} values in one 'in' list; split the search"
+                    )
                 values.append(self.value(f))
             if not self.punct(")"):
                 self.error("expected ',' or ')' in the list")
@@ -310,12 +359,16 @@ class _Parser:
         expr = _column_test(f, test, sample)
         if negate:
             return not_(expr)
-        if f.kind != "attr" and not (f.kind == "params" and isinstance(sample, float) and f.key in S.HOT_PARAMS):
+        if f.kind != "attr" and not (
+            f.kind == "params" and isinstance(sample, float) and f.key in S.HOT_PARAMS
+        ):
             self.preds[id(expr)] = Pred(f, test, sample)
         return expr
 
 
-def _column_test(f: Field, test, sample: Any) -> ColumnElement[bool]:
+def _column_test(
+    f: Field, test: Callable[[Any], ColumnElement[bool]], sample: Any
+) -> ColumnElement[bool]:
     """The SQL test of one field: a column on `runs`, or an IN-subquery on an indexed table."""
     runs = S.runs
     if f.kind == "attr":
@@ -370,13 +423,13 @@ class Pred:
     test: Callable[[Any], ColumnElement[bool]]
     sample: Any  # a value of the comparison, for its type
 
-    def table_and_column(self):
+    def table_and_column(self) -> tuple[Table, Column[Any]]:
         t = {"metrics": S.latest_metrics, "tags": S.tags, "params": S.params}[self.field.kind]
         if self.field.kind == "params":
             return t, (t.c.value_num if isinstance(self.sample, float) else t.c.value_str)
         return t, t.c.value
 
-    def matches(self):
+    def matches(self) -> Select[tuple[int]]:
         """SELECT run_id of the rows that satisfy the comparison (uses the (key, value) index)."""
         t, col = self.table_and_column()
         return select(t.c.run_id).where(t.c.key == self.field.key, self.test(col))
@@ -389,11 +442,14 @@ class Pred:
         """
         t, col = self.table_and_column()
         opaque = col + 0 if isinstance(self.sample, float) else col.concat("")
-        return exists().where(t.c.run_id == S.runs.c.id, t.c.key == self.field.key, self.test(opaque))
+        return exists().where(
+            t.c.run_id == S.runs.c.id, t.c.key == self.field.key, self.test(opaque)
+        )
 
 
-def compile_filter(text: str | None, now: float,
-                   choose: Callable[[Pred], str] | None = None) -> ColumnElement[bool] | None:  # fmt: skip
+def compile_filter(
+    text: str | None, now: float, choose: Callable[[Pred], str] | None = None
+) -> ColumnElement[bool] | None:
     """Parse a filter string into a bound SQLAlchemy expression over `schema.runs` (None if empty).
 
     `choose(pred)` may pick, for each top-level conjunct on a metric, param or tag,

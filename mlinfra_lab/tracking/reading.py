@@ -42,9 +42,22 @@ from mlinfra_lab.tracking.db import sqlstate
 from mlinfra_lab.tracking.errors import QueryError, TrackingError
 from mlinfra_lab.tracking.records import RunInfo
 
-__all__ = ["MAX_LIMIT", "PROBE_COST", "count_rows", "explain", "explain_search", "metric_history",
-           "plan_choice", "project_names", "run_info", "run_infos", "schema_table", "search",
-           "search_statement", "time_bound"]  # fmt: skip
+__all__ = [
+    "MAX_LIMIT",
+    "PROBE_COST",
+    "count_rows",
+    "explain",
+    "explain_search",
+    "metric_history",
+    "plan_choice",
+    "project_names",
+    "run_info",
+    "run_infos",
+    "schema_table",
+    "search",
+    "search_statement",
+    "time_bound",
+]
 
 PROBE_COST = 20  # cost of probing one run by primary key / materializing one matching id (measured)
 MAX_LIMIT = 10_000
@@ -67,20 +80,29 @@ def time_bound(conn: Connection, seconds: float, filter: str | None) -> Iterator
     """Stop the block's queries after `seconds`; raise `QueryError` for a timeout or a refused value."""
     raw = None
     if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT set_config('statement_timeout', :ms, true)"), {"ms": str(max(1, int(seconds * 1000)))})
+        conn.execute(
+            text("SELECT set_config('statement_timeout', :ms, true)"),
+            {"ms": str(max(1, int(seconds * 1000)))},
+        )
     else:
         deadline = time.monotonic() + seconds
         raw = conn.connection.driver_connection
-        raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)  # ~1% of the VM's time
+        # checked every 1000 VM instructions: ~1% of the VM's time
+        raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
     try:
         yield
     except DBAPIError as err:
         state, shown = sqlstate(err), (filter or "")[:200]
         if state == "57014" or "interrupted" in str(err.orig):
-            raise QueryError(f"search took longer than {seconds:g} s and was stopped; narrow the filter",
-                             shown, 0) from None  # fmt: skip
+            raise QueryError(
+                f"search took longer than {seconds:g} s and was stopped; narrow the filter",
+                shown,
+                0,
+            ) from None
         if state and state.startswith("22"):
-            raise QueryError(f"a value in the filter does not fit its field (SQLSTATE {state})", shown, 0) from None
+            raise QueryError(
+                f"a value in the filter does not fit its field (SQLSTATE {state})", shown, 0
+            ) from None
         raise
     finally:
         if raw is not None:
@@ -101,12 +123,26 @@ def run_infos(conn: Connection, rows: Sequence, names: dict[int, str]) -> list[R
             mets[r[0]][r[1]] = r[2]
         for r in conn.execute(load["tags"], {"ids": ids}):
             tags[r[0]][r[1]] = r[2]
-    return [RunInfo(r.id, names[r.project_id], r.name, r.status, r.user, r.code_commit, r.created_at,
-                    r.ended_at, params[r.id], mets[r.id], tags[r.id]) for r in rows]  # fmt: skip
+    return [
+        RunInfo(
+            r.id,
+            names[r.project_id],
+            r.name,
+            r.status,
+            r.user,
+            r.code_commit,
+            r.created_at,
+            r.ended_at,
+            params[r.id],
+            mets[r.id],
+            tags[r.id],
+        )
+        for r in rows
+    ]
 
 
 def plan_choice(conn: Connection, pred: query.Pred, limit: int) -> str:
-    """"in" (materialize matches) or "exists" (probe runs in creation order) for one conjunct.
+    """ "in" (materialize matches) or "exists" (probe runs in creation order) for one conjunct.
 
     Materializing costs about one unit per matching row; probing about `PROBE_COST`
     units per run scanned, and the scan needs about ``limit * runs / matches`` runs.
@@ -120,8 +156,9 @@ def plan_choice(conn: Connection, pred: query.Pred, limit: int) -> str:
     return "in" if n < threshold else "exists"
 
 
-def search_statement(conn: Connection, pids: Sequence[int], filter: str | None, order_by: str | None,
-                     limit: int) -> Select:  # fmt: skip
+def search_statement(
+    conn: Connection, pids: Sequence[int], filter: str | None, order_by: str | None, limit: int
+) -> Select:
     """The SELECT of the runs of projects `pids` matching `filter`, ordered, at most `limit`.
 
     Raises `QueryError` for a bad filter or order and `TrackingError` for a
@@ -130,8 +167,12 @@ def search_statement(conn: Connection, pids: Sequence[int], filter: str | None, 
     if not 1 <= limit <= MAX_LIMIT:
         raise TrackingError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
     r = S.runs
-    stmt = select(r).where(r.c.project_id == pids[0] if len(pids) == 1 else r.c.project_id.in_(pids))
-    cond = query.compile_filter(filter, time.time(), choose=lambda pred: plan_choice(conn, pred, limit))
+    stmt = select(r).where(
+        r.c.project_id == pids[0] if len(pids) == 1 else r.c.project_id.in_(pids)
+    )
+    cond = query.compile_filter(
+        filter, time.time(), choose=lambda pred: plan_choice(conn, pred, limit)
+    )
     if cond is not None:
         stmt = stmt.where(cond)
     for i, key in enumerate(query.compile_order_by(order_by)):
@@ -153,13 +194,21 @@ def explain(conn: Connection, stmt: Select) -> list[str]:
     compiled = stmt.compile(conn.engine, compile_kwargs={"render_postcompile": True})
     params = compiled.params
     if conn.dialect.name == "sqlite":
-        rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), tuple(params[k] for k in compiled.positiontup))
+        rows = conn.exec_driver_sql(
+            "EXPLAIN QUERY PLAN " + str(compiled), tuple(params[k] for k in compiled.positiontup)
+        )
         return [str(row[-1]) for row in rows]
     return [str(row[0]) for row in conn.exec_driver_sql("EXPLAIN " + str(compiled), params)]
 
 
-def search(conn: Connection, pids: Sequence[int], filter: str | None, order_by: str | None,
-           limit: int, seconds: float) -> list[RunInfo]:  # fmt: skip
+def search(
+    conn: Connection,
+    pids: Sequence[int],
+    filter: str | None,
+    order_by: str | None,
+    limit: int,
+    seconds: float,
+) -> list[RunInfo]:
     """The runs of projects `pids` matching `filter`, as records: the statement is planned,
     then run, each under a `time_bound` of `seconds` (the planner's counts are queries too)."""
     with time_bound(conn, seconds, filter):
@@ -169,8 +218,9 @@ def search(conn: Connection, pids: Sequence[int], filter: str | None, order_by: 
     return run_infos(conn, rows, project_names(conn, pids))
 
 
-def explain_search(conn: Connection, pids: Sequence[int], filter: str | None,
-                   order_by: str | None, seconds: float) -> list[str]:  # fmt: skip
+def explain_search(
+    conn: Connection, pids: Sequence[int], filter: str | None, order_by: str | None, seconds: float
+) -> list[str]:
     """The database's plan for the search `search` would run (limit 100), one line a step."""
     with time_bound(conn, seconds, filter):
         stmt = search_statement(conn, pids, filter, order_by, 100)

@@ -29,8 +29,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["ArtifactRecord", "PlannedAction", "RetentionPlan", "RetentionPolicy", "RetentionRule",
-           "plan_retention"]  # fmt: skip
+__all__ = [
+    "ArtifactRecord",
+    "PlannedAction",
+    "RetentionPlan",
+    "RetentionPolicy",
+    "RetentionRule",
+    "plan_retention",
+]
 
 DAY = 86400.0
 
@@ -48,8 +54,11 @@ class RetentionRule:
     def __post_init__(self) -> None:
         if self.keep_all_days < 0 or self.keep_last_runs < 0:
             raise ValueError("keep_all_days and keep_last_runs must be >= 0")
-        if self.cold_after_days is not None and self.delete_after_days is not None \
-                and self.delete_after_days <= self.cold_after_days:  # fmt: skip
+        if (
+            self.cold_after_days is not None
+            and self.delete_after_days is not None
+            and self.delete_after_days <= self.cold_after_days
+        ):
             raise ValueError("delete_after_days must be larger than cold_after_days")
 
 
@@ -125,7 +134,9 @@ class RetentionPlan:
         }
 
 
-def plan_retention(policy: RetentionPolicy, artifacts: list[ArtifactRecord], now: float) -> RetentionPlan:
+def plan_retention(
+    policy: RetentionPolicy, artifacts: list[ArtifactRecord], now: float
+) -> RetentionPlan:
     """The actions `policy` implies for `artifacts` at time `now` (pure: touches nothing)."""
     groups: dict[tuple[str, str], list[ArtifactRecord]] = defaultdict(list)
     for a in artifacts:
@@ -142,7 +153,11 @@ def plan_retention(policy: RetentionPolicy, artifacts: list[ArtifactRecord], now
         final: dict[int, ArtifactRecord] = {}
         for a in items:
             best = final.get(a.run_id)
-            if best is None or ((a.step or -1), a.created, a.id) > ((best.step or -1), best.created, best.id):
+            if best is None or ((a.step or -1), a.created, a.id) > (
+                (best.step or -1),
+                best.created,
+                best.id,
+            ):
                 final[a.run_id] = a
         for a in sorted(items, key=lambda a: a.id):
             age = (now - a.run_created) / DAY
@@ -153,11 +168,16 @@ def plan_retention(policy: RetentionPolicy, artifacts: list[ArtifactRecord], now
                 pass
             elif not rule.keep_final or final[a.run_id].id != a.id:
                 why = "not the run's final artifact" if rule.keep_final else "keep_final is off"
-                act = ("delete", f"run older than {rule.keep_all_days:g} days and not among the "
-                                 f"{rule.keep_last_runs} newest; {why}")  # fmt: skip
+                act = (
+                    "delete",
+                    f"run older than {rule.keep_all_days:g} days and not among the "
+                    f"{rule.keep_last_runs} newest; {why}",
+                )
             elif rule.delete_after_days is not None and age > rule.delete_after_days:
                 act = ("delete", f"final artifact older than {rule.delete_after_days:g} days")
-            elif rule.cold_after_days is not None and age > rule.cold_after_days and a.tier == "hot":
+            elif (
+                rule.cold_after_days is not None and age > rule.cold_after_days and a.tier == "hot"
+            ):
                 act = ("move_cold", f"final artifact older than {rule.cold_after_days:g} days")
             if act is None:
                 kept += 1

@@ -64,8 +64,15 @@ class RunBackend(Protocol):
 class Run(RunHandle):
     """Handle of one run; created by `TrackingStore.start_run`, not directly."""
 
-    def __init__(self, store: RunBackend, run_id: int, project: str, name: str, user: str,
-                 batch_size: int = 1000):  # fmt: skip
+    def __init__(
+        self,
+        store: RunBackend,
+        run_id: int,
+        project: str,
+        name: str,
+        user: str,
+        batch_size: int = 1000,
+    ) -> None:
         super().__init__(run_id, project, name, user, batch_size)
         self.store = store
         self._buffer: list[dict[str, Any]] = []
@@ -79,10 +86,13 @@ class Run(RunHandle):
         for key, value in values.items():
             v = float(value)
             if math.isnan(v):
-                raise TrackingError(f"metric {key!r} is NaN at step {step}; log a number, and "
-                                    "record divergence as a tag (e.g. diverged=step)")  # fmt: skip
-            self._buffer.append({"run_id": self.id, "key": key, "step": step, "value": v,
-                                 "timestamp": now})  # fmt: skip
+                raise TrackingError(
+                    f"metric {key!r} is NaN at step {step}; log a number, and "
+                    "record divergence as a tag (e.g. diverged=step)"
+                )
+            self._buffer.append(
+                {"run_id": self.id, "key": key, "step": step, "value": v, "timestamp": now}
+            )
         if len(self._buffer) >= self.batch_size:
             self.flush()
 
@@ -119,11 +129,21 @@ class Run(RunHandle):
             best = latest.get(r["key"])
             if best is None or r["step"] >= best["step"]:
                 latest[r["key"]] = r
-        upsert = writing.upsert(conn.dialect.name, S.latest_metrics, ("run_id", "key"), ("step", "value"),
-                                guard_step=True)  # fmt: skip
+        upsert = writing.upsert(
+            conn.dialect.name,
+            S.latest_metrics,
+            ("run_id", "key"),
+            ("step", "value"),
+            guard_step=True,
+        )
         conn.execute(S.metrics.insert(), rows)
-        conn.execute(upsert, [{k: latest[key][k] for k in ("run_id", "key", "step", "value")}
-                              for key in sorted(latest)])  # fmt: skip
+        conn.execute(
+            upsert,
+            [
+                {k: latest[key][k] for k in ("run_id", "key", "step", "value")}
+                for key in sorted(latest)
+            ],
+        )
 
     # -- params and tags -----------------------------------------------------------
     def log_params(self, params: dict[str, Any]) -> None:
@@ -145,9 +165,14 @@ class Run(RunHandle):
         audited_transact(self.store.engine, write, f"setting tags of run {self.id}")
 
     # -- artifacts -----------------------------------------------------------------
-    def log_artifact(self, source: bytes | str | os.PathLike | BinaryIO, name: str,
-                     kind: str = "other", step: int | None = None,
-                     pinned: bool = False) -> ArtifactInfo:  # fmt: skip
+    def log_artifact(
+        self,
+        source: bytes | str | os.PathLike | BinaryIO,
+        name: str,
+        kind: str = "other",
+        step: int | None = None,
+        pinned: bool = False,
+    ) -> ArtifactInfo:
         """Store `source` (bytes, a file path or a binary stream) and record a reference to it.
 
         Order matters: the blob is written (atomically, de-duplicated) before the row, so
@@ -155,8 +180,17 @@ class Run(RunHandle):
         """
         self._check_open()
         check_name(name)
-        return uploads.log_artifact(self.store.engine, self.store.blobs, self.id, self.user,
-                                    source, name, kind, step, pinned)  # fmt: skip
+        return uploads.log_artifact(
+            self.store.engine,
+            self.store.blobs,
+            self.id,
+            self.user,
+            source,
+            name,
+            kind,
+            step,
+            pinned,
+        )
 
     # -- end -----------------------------------------------------------------------
     def end(self, status: str = "FINISHED") -> None:
@@ -169,8 +203,11 @@ class Run(RunHandle):
         def write(conn) -> None:  # noqa: ANN001 (last batch and status: one transaction)
             access.require_run(conn, self.id, self.user, Level.WRITE, "end runs")
             self._write_rows(conn, rows)
-            conn.execute(update(S.runs).where(S.runs.c.id == self.id)
-                         .values(status=status, ended_at=time.time()))  # fmt: skip
+            conn.execute(
+                update(S.runs)
+                .where(S.runs.c.id == self.id)
+                .values(status=status, ended_at=time.time())
+            )
 
         audited_transact(self.store.engine, write, f"ending run {self.id}")
         self._written(rows)

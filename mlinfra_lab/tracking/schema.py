@@ -41,10 +41,23 @@ from sqlalchemy import (
 )
 
 __all__ = ["HOT_PARAMS", "metadata"] + [
-    "projects", "principals", "team_members", "grants", "runs", "params", "metrics",
-    "latest_metrics", "tags", "datasets", "artifacts", "lineage_edges", "audit_log", "pending_uploads",
-    "tombstones", "api_tokens",
-]  # fmt: skip
+    "projects",
+    "principals",
+    "team_members",
+    "grants",
+    "runs",
+    "params",
+    "metrics",
+    "latest_metrics",
+    "tags",
+    "datasets",
+    "artifacts",
+    "lineage_edges",
+    "audit_log",
+    "pending_uploads",
+    "tombstones",
+    "api_tokens",
+]
 
 # Params searched often enough to deserve a typed, indexed column on `runs`.
 HOT_PARAMS: dict[str, str] = {"lr": "hot_lr", "batch_size": "hot_batch_size"}
@@ -88,7 +101,9 @@ grants = Table(
     "grants",
     metadata,
     Column("project_id", Integer, ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True),
-    Column("principal_id", Integer, ForeignKey("principals.id", ondelete="CASCADE"), primary_key=True),
+    Column(
+        "principal_id", Integer, ForeignKey("principals.id", ondelete="CASCADE"), primary_key=True
+    ),
     Column("level", Integer, nullable=False),  # access.Level: 1 VIEW .. 4 ADMIN
 )
 
@@ -217,7 +232,9 @@ api_tokens = Table(
     "api_tokens",
     metadata,
     Column("id", Integer, primary_key=True),
-    Column("principal_id", Integer, ForeignKey("principals.id", ondelete="CASCADE"), nullable=False),
+    Column(
+        "principal_id", Integer, ForeignKey("principals.id", ondelete="CASCADE"), nullable=False
+    ),
     Column("digest", String(64), nullable=False, unique=True),  # sha256 hex of the secret
     Column("note", String(200)),
     Column("created_at", Float, nullable=False),

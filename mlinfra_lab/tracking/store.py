@@ -21,6 +21,8 @@ Design decisions:
   `Run` re-checks its own writes), then calls the module that owns the SQL: projects, teams,
   grants in `access`; datasets, runs, params, tags in `writing`; reads, search, counts in
   `reading`; artifact rows in `uploads`; `audit`, `lineage`, `maintenance`. No SQL here.
+  The methods on projects, teams and grants are `access.StoreAccess`'s (a mixin), so that
+  this file keeps to runs, artifacts, lineage and maintenance.
 - No module calls back into the store (no import cycle): `Run` and `maintenance` are given
   the engine and the blob store (and an audit function) instead.
 """
@@ -34,10 +36,8 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import BinaryIO
 
-from sqlalchemy import Connection
-
 from mlinfra_lab.tracking import access, audit, lineage, maintenance, reading, uploads, writing
-from mlinfra_lab.tracking.access import Level
+from mlinfra_lab.tracking.access import Level, StoreAccess
 from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url, verified_copy
 from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
 from mlinfra_lab.tracking.db import make_engine, migrate
@@ -48,14 +48,20 @@ from mlinfra_lab.tracking.run import Run
 __all__ = ["ArtifactInfo", "DatasetRef", "GcReport", "RunInfo", "TrackingStore"]
 
 
-class TrackingStore:
+class TrackingStore(StoreAccess):
     """Metadata in SQL (SQLite by default, PostgreSQL by URL), artifacts in fsspec storage."""
 
-    def __init__(self, db_url: str = "sqlite:///mlinfra-tracking.db",
-                 artifact_root: str = "mlinfra-artifacts",
-                 cache_dir: str | os.PathLike | None = None, cache_bytes: int = 1 << 30,
-                 default_user: str | None = None, batch_size: int = 1000,
-                 migrate_schema: bool = True, search_timeout_s: float = 10.0):  # fmt: skip
+    def __init__(
+        self,
+        db_url: str = "sqlite:///mlinfra-tracking.db",
+        artifact_root: str = "mlinfra-artifacts",
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int = 1 << 30,
+        default_user: str | None = None,
+        batch_size: int = 1000,
+        migrate_schema: bool = True,
+        search_timeout_s: float = 10.0,
+    ) -> None:
         self.db_url, self.artifact_root = db_url, to_url(artifact_root)
         self.engine = make_engine(db_url)
         if migrate_schema:
@@ -77,76 +83,36 @@ class TrackingStore:
     def __enter__(self) -> TrackingStore:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _user(self, user: str | None) -> str:
-        return user or self.default_user
-
-    # -- projects, teams, grants ---------------------------------------------------
-    def create_project(self, name: str, user: str | None = None) -> int:
-        """Create project `name` (its creator becomes ADMIN); return its id. Idempotent."""
-        user = self._user(user)
-        with audit.audited_write(self.engine) as conn:
-            if access.find_project(conn, name) is None:
-                pid = access.create_project(conn, name, user)  # None: another was quicker
-                if pid is not None:
-                    audit.record(conn, user, "create_project", name, None, True)
-                    return pid
-            return access.require(conn, name, user, Level.VIEW, "see")  # it exists: need VIEW
-
-    def add_to_team(self, team: str, member: str, user: str | None = None) -> None:
-        """Add user `member` to `team` (created if new); needs store ADMIN (see `access`)."""
-        user = self._user(user)
-        with audit.audited_write(self.engine) as conn:
-            access.require_store_admin(conn, user, f"add members to team {team!r}",
-                                       scope=f"team:{team}")  # fmt: skip
-            access.add_member(conn, team, member)
-            audit.record(conn, user, "add_to_team", None, f"team:{team}+{member}", True)
-
-    def grant(self, project: str, principal: str, level: Level | str, user: str | None = None,
-              kind: str | None = None) -> None:  # fmt: skip
-        """Give `principal` `level` on `project` (NONE revokes); needs ADMIN. `principal` is a
-        user, a team, or a new name, which becomes a user (never a team; see `access` on name
-        squatting); ``kind="user"``/``"team"`` refuses the other kind, ``"team"`` a new name."""
-        user, level = self._user(user), Level.parse(level)
-        with audit.audited_write(self.engine) as conn:
-            pid = access.require(conn, project, user, Level.ADMIN, "grant access")
-            access.set_grant(conn, pid, principal, level, kind)
-            audit.record(conn, user, f"grant {level.name}", project, principal, True)
-
-    def set_store_admin(self, principal: str, admin: bool = True, user: str | None = None) -> None:
-        """Make user `principal` a store ADMIN (gc, counts, teams) or not; needs store ADMIN."""
-        user = self._user(user)
-        with audit.audited_write(self.engine) as conn:
-            access.require_store_admin(conn, user, f"make {principal!r} a store ADMIN")
-            access.set_store_admin(conn, principal, admin)
-            audit.record(conn, user, f"store admin {admin}", None, principal, True)
-
-    def level(self, project: str, user: str | None = None, principal: str | None = None) -> Level:
-        """The effective level of the caller (or of `principal`) on `project`; NONE if none.
-        Your own needs no grant (NONE also where no project); another's needs ADMIN."""
-        user = self._user(user)
-        with audit.audited_read(self.engine) as conn:
-            if principal is not None and principal != user:
-                access.require(conn, project, user, Level.ADMIN, f"see the level of {principal}")
-            pid = access.find_project(conn, project)
-            return access.effective_level(conn, pid, principal or user) if pid else Level.NONE
-
     # -- datasets and runs: writing and reading --------------------------------------
-    def register_dataset(self, project: str, name: str, version: str, uri: str,
-                         sha256: str | None = None,
-                         user: str | None = None) -> DatasetRef:  # fmt: skip
+    def register_dataset(
+        self,
+        project: str,
+        name: str,
+        version: str,
+        uri: str,
+        sha256: str | None = None,
+        user: str | None = None,
+    ) -> DatasetRef:
         """Record an immutable dataset version (by reference) for runs' inputs; needs WRITE."""
         with audit.audited_write(self.engine) as conn:
             pid = access.require(conn, project, self._user(user), Level.WRITE, "register datasets")
             did = writing.register_dataset(conn, pid, name, version, uri, sha256)
         return DatasetRef(did, project, name, version, uri, sha256)
 
-    def start_run(self, project: str, name: str | None = None, params: dict | None = None,
-                  tags: dict | None = None, code_commit: str | None = None,
-                  inputs: Iterable[DatasetRef | ArtifactInfo | str] = (), user: str | None = None,
-                  start_time: float | None = None) -> Run:  # fmt: skip
+    def start_run(
+        self,
+        project: str,
+        name: str | None = None,
+        params: dict | None = None,
+        tags: dict | None = None,
+        code_commit: str | None = None,
+        inputs: Iterable[DatasetRef | ArtifactInfo | str] = (),
+        user: str | None = None,
+        start_time: float | None = None,
+    ) -> Run:
         """Start a run in `project` (created, with you as ADMIN, if new; else needs WRITE)."""
         user = self._user(user)
         if project not in self._known_projects:
@@ -162,8 +128,9 @@ class TrackingStore:
             for n in nodes:  # each input must exist and be visible: one answer for both
                 lineage.require_visible(conn, n, user, "use it as an input", allow_deleted=False)
             created = time.time() if start_time is None else float(start_time)
-            run_id = writing.insert_run(conn, pid, name, user, code_commit, created, params or {},
-                                        tags or {}, nodes)  # fmt: skip
+            run_id = writing.insert_run(
+                conn, pid, name, user, code_commit, created, params or {}, tags or {}, nodes
+            )
         return Run(self, run_id, project, name, user, self.batch_size)
 
     def get_run(self, run_id: int, user: str | None = None) -> RunInfo:
@@ -172,37 +139,40 @@ class TrackingStore:
             found = access.require_run(conn, run_id, self._user(user), Level.VIEW, "view runs")
             return reading.run_info(conn, run_id, found.project_id, found.project)
 
-    def metric_history(self, run_id: int, key: str,
-                       user: str | None = None) -> list[tuple[int, float]]:  # fmt: skip
+    def metric_history(
+        self, run_id: int, key: str, user: str | None = None
+    ) -> list[tuple[int, float]]:
         """Every (step, value) point of one metric of one run, by step; needs VIEW."""
         with audit.audited_read(self.engine) as conn:
             access.require_run(conn, run_id, self._user(user), Level.VIEW, "view metrics")
             return reading.metric_history(conn, run_id, key)
 
-    def search_runs(self, project: str | Sequence[str] | None, filter: str | None = None,
-                    order_by: str | None = None, limit: int = 100,
-                    user: str | None = None) -> list[RunInfo]:  # fmt: skip
+    def search_runs(
+        self,
+        project: str | Sequence[str] | None,
+        filter: str | None = None,
+        order_by: str | None = None,
+        limit: int = 100,
+        user: str | None = None,
+    ) -> list[RunInfo]:
         """Runs matching `filter` (see `query`), newest first unless `order_by`; needs VIEW on
         `project` (a name or a list of names; None: every project you can view). Answered
         from the indexed tables only; the artifact store is never touched."""
         with audit.audited_read(self.engine) as conn:
-            pids = self._searched(conn, project, self._user(user))
+            pids = access.searched_project_ids(conn, project, self._user(user))
             return reading.search(conn, pids, filter, order_by, limit, self.search_timeout_s)
 
-    def explain_search(self, project: str, filter: str | None = None, order_by: str | None = None,
-                       user: str | None = None) -> list[str]:  # fmt: skip
+    def explain_search(
+        self,
+        project: str,
+        filter: str | None = None,
+        order_by: str | None = None,
+        user: str | None = None,
+    ) -> list[str]:
         """The database's plan for a search (EXPLAIN QUERY PLAN / EXPLAIN), one line a step."""
         with audit.audited_read(self.engine) as conn:
-            pids = self._searched(conn, project, self._user(user))
+            pids = access.searched_project_ids(conn, project, self._user(user))
             return reading.explain_search(conn, pids, filter, order_by, self.search_timeout_s)
-
-    def _searched(self, conn: Connection, project: str | Sequence[str] | None,
-                  user: str) -> list[int]:  # fmt: skip
-        """Ids of the projects searched: those named (each needs VIEW), or all `user` may VIEW."""
-        if project is None:
-            return access.visible_project_ids(conn, user)
-        projects = [project] if isinstance(project, str) else list(project)
-        return [access.require(conn, p, user, Level.VIEW, "search runs") for p in projects]
 
     # -- artifacts and lineage ------------------------------------------------------
     def list_artifacts(self, run_id: int, user: str | None = None) -> list[ArtifactInfo]:
@@ -219,8 +189,9 @@ class TrackingStore:
         `IntegrityError` when the bytes do not hash to the sha256 recorded at upload."""
         user = self._user(user)
         with audit.audited_read(self.engine) as conn:
-            row = access.require_artifact(conn, artifact_id, user, Level.READ_ARTIFACTS,
-                                          "download artifacts")  # fmt: skip
+            row = access.require_artifact(
+                conn, artifact_id, user, Level.READ_ARTIFACTS, "download artifacts"
+            )
         audit.log(self.engine, user, "download", row.project, f"artifact:{artifact_id}", True)
         if self.cache is None:
             self.uncached_reads += 1
@@ -234,16 +205,21 @@ class TrackingStore:
     def pin_artifact(self, artifact_id: int, pinned: bool = True, user: str | None = None) -> None:
         """Pin (promote) an artifact so retention never touches it; needs WRITE."""
         with audit.audited_write(self.engine) as conn:
-            access.require_artifact(conn, artifact_id, self._user(user), Level.WRITE,
-                                    "pin artifacts")  # fmt: skip
+            access.require_artifact(
+                conn, artifact_id, self._user(user), Level.WRITE, "pin artifacts"
+            )
             uploads.set_pinned(conn, artifact_id, pinned)
 
     def cache_stats(self) -> CacheStats | None:
         return None if self.cache is None else self.cache.stats()
 
-    def lineage(self, node: str | RunInfo | Run | ArtifactInfo | DatasetRef,
-                direction: str = "forward", depth: int | None = None,
-                user: str | None = None) -> lineage.LineageGraph:  # fmt: skip
+    def lineage(
+        self,
+        node: str | RunInfo | Run | ArtifactInfo | DatasetRef,
+        direction: str = "forward",
+        depth: int | None = None,
+        user: str | None = None,
+    ) -> lineage.LineageGraph:
         """Nodes reachable from `node` forward (what used it) or backward (what made it); needs
         VIEW on its project. The walk leaves out, and never passes, projects you cannot view."""
         user = self._user(user)
@@ -253,8 +229,13 @@ class TrackingStore:
             return lineage.walk(conn, start, direction, depth, access.viewer(conn, user))
 
     # -- retention, garbage collection, audit, counts --------------------------------
-    def apply_retention(self, policy: RetentionPolicy, now: float | None = None,
-                        dry_run: bool = True, user: str | None = None) -> RetentionPlan:
+    def apply_retention(
+        self,
+        policy: RetentionPolicy,
+        now: float | None = None,
+        dry_run: bool = True,
+        user: str | None = None,
+    ) -> RetentionPlan:
         """Plan retention over the projects you ADMIN; unless `dry_run`, carry out that plan.
         Deleting removes artifact rows (their lineage edges stay, see `maintenance`); the
         bytes are freed by `gc`, because a blob may be shared by several rows."""
@@ -263,11 +244,16 @@ class TrackingStore:
         with audit.audited_read(self.engine) as conn:
             pids = access.visible_project_ids(conn, user, Level.ADMIN)
             plan = plan_retention(policy, maintenance.artifact_records(conn, pids), now)
-        return plan if dry_run else maintenance.execute_plan(self.engine, plan, user, audit.record)
+        return plan if dry_run else maintenance.execute_plan(self.engine, plan, user)
 
-    def gc(self, grace_seconds: float = 3600.0, dry_run: bool = False,
-           extra_roots: Sequence[str] = (), user: str | None = None,
-           stale_upload_seconds: float = 3600.0) -> GcReport:  # fmt: skip
+    def gc(
+        self,
+        grace_seconds: float = 3600.0,
+        dry_run: bool = False,
+        extra_roots: Sequence[str] = (),
+        user: str | None = None,
+        stale_upload_seconds: float = 3600.0,
+    ) -> GcReport:
         """Delete blobs no artifact row references, older than the grace period; needs store
         ADMIN (blobs are shared across projects). Uploads in flight are safe at any grace
         (`uploads`); pending records and ``tmp/`` files older than `stale_upload_seconds`
@@ -275,11 +261,19 @@ class TrackingStore:
         user = self._user(user)
         with audit.audited_read(self.engine, "collecting garbage") as conn:
             access.require_store_admin(conn, user, "garbage-collect blobs")
-        return maintenance.collect_garbage(self.engine, self.blobs, grace_seconds, dry_run,
-                                           extra_roots, user, stale_upload_seconds, audit.record)
+        return maintenance.collect_garbage(
+            self.engine,
+            self.blobs,
+            grace_seconds,
+            dry_run,
+            extra_roots,
+            user,
+            stale_upload_seconds,
+        )
 
-    def audit_log(self, project: str | None, limit: int = 100,
-                  user: str | None = None) -> list[dict]:  # fmt: skip
+    def audit_log(
+        self, project: str | None, limit: int = 100, user: str | None = None
+    ) -> list[dict]:
         """The latest audit records of `project` (needs ADMIN), or with None the store-wide ones
         (gc, counts, teams; needs store ADMIN)."""
         user = self._user(user)

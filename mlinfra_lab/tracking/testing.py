@@ -18,16 +18,24 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from mlinfra_lab.tracking.store import TrackingStore
 
-__all__ = ["PG_ENV", "available_backends", "fresh_db_url", "fresh_store", "row_count", "run_together"]
+__all__ = [
+    "PG_ENV",
+    "available_backends",
+    "fresh_db_url",
+    "fresh_store",
+    "row_count",
+    "run_together",
+]
 
 PG_ENV = "MLINFRA_PG_URL"
 
 
 def available_backends() -> list[str]:
-    """"sqlite" always; "postgres" too when ``$MLINFRA_PG_URL`` names a server."""
+    """ "sqlite" always; "postgres" too when ``$MLINFRA_PG_URL`` names a server."""
     return ["sqlite"] + (["postgres"] if os.environ.get(PG_ENV) else [])
 
 
@@ -47,7 +55,9 @@ def fresh_db_url(backend: str, directory: str | os.PathLike) -> Iterator[str]:
 
     base = os.environ.get(PG_ENV)
     if not base:
-        raise RuntimeError(f"set {PG_ENV} (eval \"$(bash .ci/start-postgres.sh)\") to test on PostgreSQL")
+        raise RuntimeError(
+            f'set {PG_ENV} (eval "$(bash .ci/start-postgres.sh)") to test on PostgreSQL'
+        )
     schema = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
     try:
@@ -62,8 +72,9 @@ def fresh_db_url(backend: str, directory: str | os.PathLike) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def fresh_store(backend: str, directory: str | os.PathLike, artifact_root: str | None = None,
-                **kwargs) -> Iterator[TrackingStore]:  # fmt: skip
+def fresh_store(
+    backend: str, directory: str | os.PathLike, artifact_root: str | None = None, **kwargs: Any
+) -> Iterator[TrackingStore]:
     """An empty, migrated store on `backend` with artifacts under `directory` (or at `artifact_root`)."""
     kwargs.setdefault("default_user", "owner")
     with fresh_db_url(backend, directory) as url:
@@ -74,7 +85,9 @@ def fresh_store(backend: str, directory: str | os.PathLike, artifact_root: str |
             store.close()
 
 
-def run_together(target: Callable, processes: int, *args, timeout_s: float = 120.0) -> list[int | None]:
+def run_together(
+    target: Callable[..., object], processes: int, *args: object, timeout_s: float = 120.0
+) -> list[int | None]:
     """Run ``target(*args, worker, barrier)`` in `processes` fresh processes; their exit codes.
 
     Every process gets its index and one shared barrier, on which `target` waits so that

@@ -41,8 +41,15 @@ from mlinfra_lab.tracking.audit import audited_transact, denials_audited
 from mlinfra_lab.tracking.db import database_errors, write_tx
 from mlinfra_lab.tracking.records import ArtifactInfo
 
-__all__ = ["STALE_UPLOAD_S", "delete_if_unused", "list_artifacts", "log_artifact", "pending",
-           "set_pinned", "sweep_stale"]  # fmt: skip
+__all__ = [
+    "STALE_UPLOAD_S",
+    "delete_if_unused",
+    "list_artifacts",
+    "log_artifact",
+    "pending",
+    "set_pinned",
+    "sweep_stale",
+]
 
 STALE_UPLOAD_S = 3600.0  # an upload not finished after this long is presumed dead
 _PG_LOCK_CLASS = 0x6D6C6962  # "mlib": first key of the per-blob advisory lock
@@ -51,8 +58,10 @@ _PG_LOCK_CLASS = 0x6D6C6962  # "mlib": first key of the per-blob advisory lock
 def lock_blob(conn: Connection, uri: str) -> None:
     """Serialise uploads and the collector on one blob until `conn`'s transaction ends."""
     if conn.dialect.name == "postgresql":  # SQLite: BEGIN IMMEDIATE already serialises writers
-        conn.execute(text("SELECT pg_advisory_xact_lock(CAST(:cls AS integer), hashtext(:uri))"),
-                     {"cls": _PG_LOCK_CLASS, "uri": uri})  # fmt: skip
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(CAST(:cls AS integer), hashtext(:uri))"),
+            {"cls": _PG_LOCK_CLASS, "uri": uri},
+        )
 
 
 def pending(engine: Engine, uri: str) -> int:
@@ -72,9 +81,17 @@ def _drop_pending(engine: Engine, pid: int) -> None:
         pass
 
 
-def log_artifact(engine: Engine, blobs: BlobStore, run_id: int, user: str,
-                 source: bytes | str | os.PathLike | BinaryIO, name: str, kind: str,
-                 step: int | None, pinned: bool) -> ArtifactInfo:  # fmt: skip
+def log_artifact(
+    engine: Engine,
+    blobs: BlobStore,
+    run_id: int,
+    user: str,
+    source: bytes | str | os.PathLike | BinaryIO,
+    name: str,
+    kind: str,
+    step: int | None,
+    pinned: bool,
+) -> ArtifactInfo:
     """Upload `source` for run `run_id` as `user` and insert its row; WRITE is checked before
     any byte moves and again in the insert's transaction."""
     with denials_audited(engine), database_errors("checking access"), engine.connect() as conn:
@@ -85,11 +102,25 @@ def log_artifact(engine: Engine, blobs: BlobStore, run_id: int, user: str,
 
         def write(conn: Connection) -> int:
             access.require_run(conn, run_id, user, Level.WRITE, "log artifacts")
-            aid = conn.execute(S.artifacts.insert().values(
-                run_id=run_id, name=name, kind=kind, step=step, uri=put.uri, sha256=put.sha256, size=put.size,
-                tier="hot", pinned=pinned, created_at=time.time())).inserted_primary_key[0]  # fmt: skip
-            conn.execute(S.lineage_edges.insert().values(
-                src=f"run:{run_id}", dst=f"artifact:{aid}", relation="produced"))  # fmt: skip
+            aid = conn.execute(
+                S.artifacts.insert().values(
+                    run_id=run_id,
+                    name=name,
+                    kind=kind,
+                    step=step,
+                    uri=put.uri,
+                    sha256=put.sha256,
+                    size=put.size,
+                    tier="hot",
+                    pinned=pinned,
+                    created_at=time.time(),
+                )
+            ).inserted_primary_key[0]
+            conn.execute(
+                S.lineage_edges.insert().values(
+                    src=f"run:{run_id}", dst=f"artifact:{aid}", relation="produced"
+                )
+            )
             conn.execute(delete(S.pending_uploads).where(S.pending_uploads.c.id == ids[0]))
             return aid
 
@@ -105,8 +136,21 @@ def list_artifacts(conn: Connection, run_id: int, show_uris: bool) -> list[Artif
     """The artifacts of run `run_id`, oldest first; their URIs only when `show_uris`."""
     a = S.artifacts
     rows = conn.execute(select(a).where(a.c.run_id == run_id).order_by(a.c.id)).all()
-    return [ArtifactInfo(r.id, r.run_id, r.name, r.kind, r.step, r.sha256, r.size, r.tier,
-                         r.pinned, r.uri if show_uris else None) for r in rows]  # fmt: skip
+    return [
+        ArtifactInfo(
+            r.id,
+            r.run_id,
+            r.name,
+            r.kind,
+            r.step,
+            r.sha256,
+            r.size,
+            r.tier,
+            r.pinned,
+            r.uri if show_uris else None,
+        )
+        for r in rows
+    ]
 
 
 def set_pinned(conn: Connection, artifact_id: int, pinned: bool) -> None:
@@ -115,22 +159,32 @@ def set_pinned(conn: Connection, artifact_id: int, pinned: bool) -> None:
     conn.execute(update(a).where(a.c.id == artifact_id).values(pinned=pinned))
 
 
-def delete_if_unused(engine: Engine, blobs: BlobStore, uri: str, now: float,
-                     stale_s: float = STALE_UPLOAD_S) -> bool:  # fmt: skip
+def delete_if_unused(
+    engine: Engine, blobs: BlobStore, uri: str, now: float, stale_s: float = STALE_UPLOAD_S
+) -> bool:
     """Delete the blob at `uri` unless an artifact row or a fresh pending upload names it; True if deleted."""
     a, p = S.artifacts, S.pending_uploads
     with database_errors("collecting garbage", True), write_tx(engine) as conn:
         lock_blob(conn, uri)
-        used = select(exists().where(a.c.uri == uri)).scalar_subquery() | select(
-            exists().where(p.c.uri == uri, p.c.started_at > now - stale_s)).scalar_subquery()  # fmt: skip
+        used = (
+            select(exists().where(a.c.uri == uri)).scalar_subquery()
+            | select(
+                exists().where(p.c.uri == uri, p.c.started_at > now - stale_s)
+            ).scalar_subquery()
+        )
         if conn.execute(select(used)).scalar():
             return False
         blobs.delete(uri)  # inside the transaction: no upload of this blob can commit meanwhile
     return True
 
 
-def sweep_stale(engine: Engine, blobs: list[BlobStore], now: float, stale_s: float = STALE_UPLOAD_S,
-                dry_run: bool = False) -> tuple[list[str], int]:  # fmt: skip
+def sweep_stale(
+    engine: Engine,
+    blobs: list[BlobStore],
+    now: float,
+    stale_s: float = STALE_UPLOAD_S,
+    dry_run: bool = False,
+) -> tuple[list[str], int]:
     """Remove pending records and ``tmp/`` files older than `stale_s`: (paths removed, bytes freed)."""
     removed, freed = [], 0
     for store in blobs:
@@ -142,5 +196,7 @@ def sweep_stale(engine: Engine, blobs: list[BlobStore], now: float, stale_s: flo
                     store.remove_tmp(path)
     if not dry_run:
         with database_errors("collecting garbage", True), write_tx(engine) as conn:
-            conn.execute(delete(S.pending_uploads).where(S.pending_uploads.c.started_at <= now - stale_s))
+            conn.execute(
+                delete(S.pending_uploads).where(S.pending_uploads.c.started_at <= now - stale_s)
+            )
     return removed, freed

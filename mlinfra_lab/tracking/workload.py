@@ -14,13 +14,33 @@ import random
 import statistics
 import time
 import uuid
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-__all__ = ["DAY", "QUERIES", "BenchConfig", "fill_mlflow", "fill_ours", "percentile", "synthetic_runs",
-           "time_queries"]  # fmt: skip
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+__all__ = [
+    "DAY",
+    "QUERIES",
+    "BenchConfig",
+    "Progress",
+    "fill_mlflow",
+    "fill_ours",
+    "percentile",
+    "synthetic_runs",
+    "time_queries",
+]
 
 DAY = 86400.0
+T = TypeVar("T")
+
+
+class Progress(Protocol):
+    """A progress wrapper such as ``tqdm``: yields what `iterable` yields (and may draw a bar)."""
+
+    def __call__(self, iterable: Iterable[T], /, desc: str = "") -> Iterable[T]: ...
 
 
 @dataclass(frozen=True)
@@ -36,8 +56,12 @@ class BenchConfig:
     with_mlflow: bool = True
     seed: int = 0
     with_server: bool = True  # the served path: TrackingClient -> `track serve` -> SQLite
-    server_scale: float | None = None  # both servers' log/create scale; None = mlflow_scale, else scale
-    mlflow_bin: str | None = None  # the `mlflow` command for its server; None: on PATH or python -m mlflow
+    server_scale: float | None = (
+        None  # both servers' log/create scale; None = mlflow_scale, else scale
+    )
+    mlflow_bin: str | None = (
+        None  # the `mlflow` command for its server; None: on PATH or python -m mlflow
+    )
 
     def server_scale_or_default(self) -> float:
         return next(s for s in (self.server_scale, self.mlflow_scale, self.scale) if s is not None)
@@ -51,14 +75,23 @@ class BenchConfig:
 # (name, this store's filter, MLflow's filter); {week_ms} is filled in at run time.
 QUERIES: tuple[tuple[str, str, str], ...] = (
     ("metric range", "metrics.val_acc > 0.95", "metrics.val_acc > 0.95"),
-    ("param and metric", "params.optimizer = 'adam' and metrics.val_loss < 0.1",
-     "params.optimizer = 'adam' and metrics.val_loss < 0.1"),
-    ("tag and status", "tags.team = 'nlp' and status = 'FINISHED'",
-     "tags.team = 'nlp' and attributes.status = 'FINISHED'"),
+    (
+        "param and metric",
+        "params.optimizer = 'adam' and metrics.val_loss < 0.1",
+        "params.optimizer = 'adam' and metrics.val_loss < 0.1",
+    ),
+    (
+        "tag and status",
+        "tags.team = 'nlp' and status = 'FINISHED'",
+        "tags.team = 'nlp' and attributes.status = 'FINISHED'",
+    ),
     ("last 7 days", "created > -7d", "attributes.start_time > {week_ms}"),
-    ("like, tag, metric", "params.model like 'resnet%' and tags.team = 'vision' and metrics.val_acc > 0.9",
-     "params.model LIKE 'resnet%' and tags.team = 'vision' and metrics.val_acc > 0.9"),
-)  # fmt: skip
+    (
+        "like, tag, metric",
+        "params.model like 'resnet%' and tags.team = 'vision' and metrics.val_acc > 0.9",
+        "params.model LIKE 'resnet%' and tags.team = 'vision' and metrics.val_acc > 0.9",
+    ),
+)
 
 
 def synthetic_runs(n: int, seed: int, now: float) -> list[dict[str, Any]]:
@@ -67,15 +100,19 @@ def synthetic_runs(n: int, seed: int, now: float) -> list[dict[str, Any]]:
     out = []
     for _ in range(n):
         acc = rng.uniform(0.3, 0.99)
-        out.append({
-            "params": {"lr": rng.choice([1e-4, 3e-4, 1e-3, 3e-3, 1e-2]),
-                       "optimizer": rng.choice(["adam", "adamw", "sgd"]),
-                       "model": rng.choice(["resnet18", "resnet50", "vit-b16", "bert-base", "gpt2"]),
-                       "batch_size": rng.choice([32, 64, 128, 256])},
-            "tags": {"team": rng.choice(["nlp", "vision", "speech", "rl"])},
-            "metrics": {"val_acc": acc, "val_loss": max(0.0, 1 - acc + rng.gauss(0, 0.05))},
-            "created": now - rng.uniform(0, 365) * DAY,
-        })  # fmt: skip
+        out.append(
+            {
+                "params": {
+                    "lr": rng.choice([1e-4, 3e-4, 1e-3, 3e-3, 1e-2]),
+                    "optimizer": rng.choice(["adam", "adamw", "sgd"]),
+                    "model": rng.choice(["resnet18", "resnet50", "vit-b16", "bert-base", "gpt2"]),
+                    "batch_size": rng.choice([32, 64, 128, 256]),
+                },
+                "tags": {"team": rng.choice(["nlp", "vision", "speech", "rl"])},
+                "metrics": {"val_acc": acc, "val_loss": max(0.0, 1 - acc + rng.gauss(0, 0.05))},
+                "created": now - rng.uniform(0, 365) * DAY,
+            }
+        )
     return out
 
 
@@ -84,7 +121,9 @@ def percentile(samples: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
-def time_queries(search, queries: list[tuple[str, str]], repeats: int) -> dict[str, Any]:
+def time_queries(
+    search: Callable[[str], Sized], queries: list[tuple[str, str]], repeats: int
+) -> dict[str, Any]:
     rows, every = [], []
     for name, text in queries:
         results = len(search(text))
@@ -95,13 +134,26 @@ def time_queries(search, queries: list[tuple[str, str]], repeats: int) -> dict[s
             search(text)
             samples.append((time.perf_counter() - t0) * 1000)
         every += samples
-        rows.append({"name": name, "filter": text, "results": results,
-                     "p50_ms": statistics.median(samples), "p99_ms": percentile(samples, 99)})  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "filter": text,
+                "results": results,
+                "p50_ms": statistics.median(samples),
+                "p99_ms": percentile(samples, 99),
+            }
+        )
     return {"queries": rows, "p50_ms": statistics.median(every), "p99_ms": percentile(every, 99)}
 
 
-def fill_ours(engine, project: str, fill: list[dict[str, Any]], now: float, progress,
-              desc: str = "mlinfra: bulk fill") -> None:  # noqa: ANN001 (an Engine; the progress wrapper)
+def fill_ours(
+    engine: Engine,
+    project: str,
+    fill: list[dict[str, Any]],
+    now: float,
+    progress: Progress,
+    desc: str = "mlinfra: bulk fill",
+) -> None:
     """Insert the runs `fill` into `project` with plain SQL, 5000 a transaction (untimed)."""
     from sqlalchemy import func, select
 
@@ -113,17 +165,32 @@ def fill_ours(engine, project: str, fill: list[dict[str, Any]], now: float, prog
         pid = conn.execute(select(S.projects.c.id).where(S.projects.c.name == project)).scalar()
         next_id = (conn.execute(select(func.max(S.runs.c.id))).scalar() or 0) + 1
     for i in progress(range(0, len(fill), 5000), desc=desc):
-        chunk, runs_rows, p_rows, t_rows, m_rows = fill[i:i + 5000], [], [], [], []
+        chunk, runs_rows, p_rows, t_rows, m_rows = fill[i : i + 5000], [], [], [], []
         for spec in chunk:
             rid, next_id = next_id, next_id + 1
             p = spec["params"]
-            runs_rows.append({"id": rid, "project_id": pid, "name": f"run-{rid}", "status": "FINISHED",
-                              "user": "bench", "code_commit": None, "created_at": spec["created"],
-                              "ended_at": spec["created"] + 60, "hot_lr": p["lr"],
-                              "hot_batch_size": float(p["batch_size"])})  # fmt: skip
-            p_rows += [{"run_id": rid, "key": k, "value_str": str(v), "value_num": number(v)} for k, v in p.items()]
+            runs_rows.append(
+                {
+                    "id": rid,
+                    "project_id": pid,
+                    "name": f"run-{rid}",
+                    "status": "FINISHED",
+                    "user": "bench",
+                    "code_commit": None,
+                    "created_at": spec["created"],
+                    "ended_at": spec["created"] + 60,
+                    "hot_lr": p["lr"],
+                    "hot_batch_size": float(p["batch_size"]),
+                }
+            )
+            p_rows += [
+                {"run_id": rid, "key": k, "value_str": str(v), "value_num": number(v)}
+                for k, v in p.items()
+            ]
             t_rows += [{"run_id": rid, "key": k, "value": v} for k, v in spec["tags"].items()]
-            m_rows += [{"run_id": rid, "key": k, "step": 0, "value": v} for k, v in spec["metrics"].items()]
+            m_rows += [
+                {"run_id": rid, "key": k, "step": 0, "value": v} for k, v in spec["metrics"].items()
+            ]
         with write_tx(engine) as conn:
             conn.execute(S.runs.insert(), runs_rows)
             conn.execute(S.params.insert(), p_rows)
@@ -134,31 +201,58 @@ def fill_ours(engine, project: str, fill: list[dict[str, Any]], now: float, prog
         conn.exec_driver_sql("ANALYZE")
 
 
-def fill_mlflow(url: str, experiment_id: int, fill: list[dict[str, Any]], now: float, progress,
-                desc: str = "mlflow: bulk fill") -> None:  # noqa: ANN001 (the progress wrapper)
+def fill_mlflow(
+    url: str,
+    experiment_id: int,
+    fill: list[dict[str, Any]],
+    now: float,
+    progress: Progress,
+    desc: str = "mlflow: bulk fill",
+) -> None:
     """Insert the runs `fill` into MLflow's tables of experiment `experiment_id` at database
     `url` with plain SQL (untimed), each a copy of a run the API created, with new values."""
     import sqlalchemy as sa
 
     engine = sa.create_engine(url)
     md = sa.MetaData()
-    t = {name: sa.Table(name, md, autoload_with=engine) for name in ("runs", "params", "tags", "metrics", "latest_metrics")}
+    t = {
+        name: sa.Table(name, md, autoload_with=engine)
+        for name in ("runs", "params", "tags", "metrics", "latest_metrics")
+    }
     with engine.connect() as conn:
-        template = dict(conn.execute(sa.select(t["runs"]).where(t["runs"].c.experiment_id == experiment_id).limit(1)).mappings().first())
+        template = dict(
+            conn.execute(
+                sa.select(t["runs"]).where(t["runs"].c.experiment_id == experiment_id).limit(1)
+            )
+            .mappings()
+            .first()
+        )
     ts = int(now * 1000)
     for i in progress(range(0, len(fill), 5000), desc=desc):
         runs_rows, p_rows, t_rows, m_rows = [], [], [], []
-        for spec in fill[i:i + 5000]:
+        for spec in fill[i : i + 5000]:
             ru = uuid.uuid4().hex
             start = int(spec["created"] * 1000)
-            runs_rows.append(template | {"run_uuid": ru, "name": f"run-{ru[:8]}", "status": "FINISHED",
-                                         "start_time": start, "end_time": start + 60_000,
-                                         "artifact_uri": f"{template['artifact_uri'].rsplit('/', 2)[0]}/{ru}/artifacts"})  # fmt: skip
-            p_rows += [{"key": k, "value": str(v), "run_uuid": ru} for k, v in spec["params"].items()]
+            runs_rows.append(
+                template
+                | {
+                    "run_uuid": ru,
+                    "name": f"run-{ru[:8]}",
+                    "status": "FINISHED",
+                    "start_time": start,
+                    "end_time": start + 60_000,
+                    "artifact_uri": f"{template['artifact_uri'].rsplit('/', 2)[0]}/{ru}/artifacts",
+                }
+            )
+            p_rows += [
+                {"key": k, "value": str(v), "run_uuid": ru} for k, v in spec["params"].items()
+            ]
             t_rows += [{"key": k, "value": v, "run_uuid": ru} for k, v in spec["tags"].items()]
             t_rows.append({"key": "mlflow.runName", "value": f"run-{ru[:8]}", "run_uuid": ru})
-            m_rows += [{"key": k, "value": v, "timestamp": ts, "step": 0, "is_nan": False, "run_uuid": ru}
-                       for k, v in spec["metrics"].items()]  # fmt: skip
+            m_rows += [
+                {"key": k, "value": v, "timestamp": ts, "step": 0, "is_nan": False, "run_uuid": ru}
+                for k, v in spec["metrics"].items()
+            ]
         with engine.begin() as conn:
             conn.execute(t["runs"].insert(), runs_rows)
             conn.execute(t["params"].insert(), p_rows)
@@ -168,5 +262,3 @@ def fill_mlflow(url: str, experiment_id: int, fill: list[dict[str, Any]], now: f
     with engine.connect() as conn:
         conn.exec_driver_sql("ANALYZE")
     engine.dispose()
-
-

@@ -38,8 +38,15 @@ from sqlalchemy.dialects import postgresql, sqlite
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import TrackingError
 
-__all__ = ["insert_ignoring_conflicts", "insert_run", "number", "register_dataset", "upsert",
-           "write_params", "write_tags"]  # fmt: skip
+__all__ = [
+    "insert_ignoring_conflicts",
+    "insert_run",
+    "number",
+    "register_dataset",
+    "upsert",
+    "write_params",
+    "write_tags",
+]
 
 
 def number(v: Any) -> float | None:
@@ -53,8 +60,13 @@ def number(v: Any) -> float | None:
 
 
 @functools.cache
-def upsert(dialect: str, table: Table, keys: tuple[str, ...], values: tuple[str, ...],
-           guard_step: bool = False) -> Insert:  # fmt: skip
+def upsert(
+    dialect: str,
+    table: Table,
+    keys: tuple[str, ...],
+    values: tuple[str, ...],
+    guard_step: bool = False,
+) -> Insert:
     """INSERT ... ON CONFLICT (`keys`) DO UPDATE SET `values` for "sqlite" or "postgresql".
 
     With `guard_step`, an existing row is only replaced by one with a step at least as
@@ -62,8 +74,9 @@ def upsert(dialect: str, table: Table, keys: tuple[str, ...], values: tuple[str,
     """
     ins = (postgresql if dialect == "postgresql" else sqlite).insert(table)
     where = ins.excluded.step >= table.c.step if guard_step else None
-    return ins.on_conflict_do_update(index_elements=list(keys), set_={v: ins.excluded[v] for v in values},
-                                     where=where)  # fmt: skip
+    return ins.on_conflict_do_update(
+        index_elements=list(keys), set_={v: ins.excluded[v] for v in values}, where=where
+    )
 
 
 def insert_ignoring_conflicts(dialect: str, table: Table) -> Insert:
@@ -73,20 +86,27 @@ def insert_ignoring_conflicts(dialect: str, table: Table) -> Insert:
     the first time): on PostgreSQL the loser waits for the winner's commit and then inserts
     nothing instead of failing on the unique index; read the row back afterwards.
     """
-    return (postgresql if dialect == "postgresql" else sqlite).insert(table).on_conflict_do_nothing()
+    return (
+        (postgresql if dialect == "postgresql" else sqlite).insert(table).on_conflict_do_nothing()
+    )
 
 
-def write_params(conn: Connection, run_id: int, params: dict[str, Any], hot_done: bool = False) -> None:
+def write_params(
+    conn: Connection, run_id: int, params: dict[str, Any], hot_done: bool = False
+) -> None:
     """Upsert `params` of run `run_id`; also set the hot-param columns unless `hot_done`."""
     if not params:
         return
     rows, hot = [], {}
-    for k, v in sorted(params.items(), key=lambda kv: str(kv[0])):  # one lock order for every writer
+    # one lock order for every writer
+    for k, v in sorted(params.items(), key=lambda kv: str(kv[0])):
         num = number(v)
         rows.append({"run_id": run_id, "key": str(k), "value_str": str(v), "value_num": num})
         if k in S.HOT_PARAMS:
             hot[S.HOT_PARAMS[k]] = num
-    conn.execute(upsert(conn.dialect.name, S.params, ("run_id", "key"), ("value_str", "value_num")), rows)
+    conn.execute(
+        upsert(conn.dialect.name, S.params, ("run_id", "key"), ("value_str", "value_num")), rows
+    )
     if hot and not hot_done:
         conn.execute(update(S.runs).where(S.runs.c.id == run_id).values(**hot))
 
@@ -94,37 +114,66 @@ def write_params(conn: Connection, run_id: int, params: dict[str, Any], hot_done
 def write_tags(conn: Connection, run_id: int, tags: dict[str, Any]) -> None:
     """Upsert `tags` of run `run_id` (values stored as strings)."""
     if tags:
-        rows = sorted(({"run_id": run_id, "key": str(k), "value": str(v)} for k, v in tags.items()),
-                      key=lambda r: r["key"])  # one lock order for every writer
+        rows = sorted(
+            ({"run_id": run_id, "key": str(k), "value": str(v)} for k, v in tags.items()),
+            key=lambda r: r["key"],  # one lock order for every writer
+        )
         conn.execute(upsert(conn.dialect.name, S.tags, ("run_id", "key"), ("value",)), rows)
 
 
-def register_dataset(conn: Connection, project_id: int, name: str, version: str, uri: str,
-                     sha256: str | None) -> int:  # fmt: skip
+def register_dataset(
+    conn: Connection, project_id: int, name: str, version: str, uri: str, sha256: str | None
+) -> int:
     """Id of dataset `name`@`version` of the project, inserted unless it exists with the same
     URI (and hash, when given); another URI or hash raises `TrackingError`."""
     d = S.datasets
-    row = conn.execute(select(d).where(d.c.project_id == project_id, d.c.name == name,
-                                       d.c.version == version)).first()  # fmt: skip
+    row = conn.execute(
+        select(d).where(d.c.project_id == project_id, d.c.name == name, d.c.version == version)
+    ).first()
     if row is None:
-        return conn.execute(d.insert().values(
-            project_id=project_id, name=name, version=version, uri=uri, sha256=sha256,
-            created_at=time.time())).inserted_primary_key[0]  # fmt: skip
+        return conn.execute(
+            d.insert().values(
+                project_id=project_id,
+                name=name,
+                version=version,
+                uri=uri,
+                sha256=sha256,
+                created_at=time.time(),
+            )
+        ).inserted_primary_key[0]
     if row.uri != uri or (sha256 and row.sha256 != sha256):
-        raise TrackingError(f"dataset {name}@{version} already exists with another URI or hash; "
-                            "datasets are immutable: register a new version")  # fmt: skip
+        raise TrackingError(
+            f"dataset {name}@{version} already exists with another URI or hash; "
+            "datasets are immutable: register a new version"
+        )
     return row.id
 
 
-def insert_run(conn: Connection, project_id: int, name: str, user: str, code_commit: str | None,
-               created_at: float, params: dict[str, Any], tags: dict[str, Any],
-               inputs: Sequence[str]) -> int:  # fmt: skip
+def insert_run(
+    conn: Connection,
+    project_id: int,
+    name: str,
+    user: str,
+    code_commit: str | None,
+    created_at: float,
+    params: dict[str, Any],
+    tags: dict[str, Any],
+    inputs: Sequence[str],
+) -> int:
     """Insert a RUNNING run with its params (hot ones in their columns), tags, and lineage
     edges from its `inputs` (node ids) and its code commit; return its id."""
     hot = {col: number(params[k]) for k, col in S.HOT_PARAMS.items() if k in params}
-    run_id = conn.execute(S.runs.insert().values(
-        project_id=project_id, name=name, status="RUNNING", user=user, code_commit=code_commit,
-        created_at=created_at, **hot)).inserted_primary_key[0]  # fmt: skip
+    run_id = conn.execute(
+        S.runs.insert().values(
+            project_id=project_id,
+            name=name,
+            status="RUNNING",
+            user=user,
+            code_commit=code_commit,
+            created_at=created_at,
+            **hot,
+        )
+    ).inserted_primary_key[0]
     write_params(conn, run_id, params, hot_done=True)
     write_tags(conn, run_id, tags)
     run = f"run:{run_id}"

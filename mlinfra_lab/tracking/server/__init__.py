@@ -24,16 +24,31 @@ import FastAPI.
 
 from importlib import import_module
 
-__all__ = ["IssuedToken", "RemoteRun", "TrackingClient", "connect", "create_app", "create_token", "list_tokens",
-           "revoke_token", "running_server", "serve"]  # fmt: skip
+__all__ = [
+    "IssuedToken",
+    "RemoteRun",
+    "TrackingClient",
+    "connect",
+    "create_app",
+    "create_token",
+    "list_tokens",
+    "revoke_token",
+    "running_server",
+    "serve",
+]
 
 _EXPORTS = {
-    "IssuedToken": "tokens", "create_token": "tokens", "list_tokens": "tokens", "revoke_token": "tokens",
+    "IssuedToken": "tokens",
+    "create_token": "tokens",
+    "list_tokens": "tokens",
+    "revoke_token": "tokens",
     "create_app": "app",
-    "running_server": "serving", "serve": "serving",
-    "TrackingClient": "client", "connect": "client",
+    "running_server": "serving",
+    "serve": "serving",
+    "TrackingClient": "client",
+    "connect": "client",
     "RemoteRun": "remote_run",
-}  # fmt: skip
+}
 
 
 def __getattr__(name: str):

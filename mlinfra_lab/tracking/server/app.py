@@ -58,10 +58,13 @@ from mlinfra_lab.tracking.store import TrackingStore
 
 __all__ = ["create_app"]
 
+
 def _error(_request: Request, err: TrackingError) -> Response:
     status, body = wire.error_payload(err)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return Response(wire.dumps(body), status_code=status, media_type="application/json", headers=headers)
+    return Response(
+        wire.dumps(body), status_code=status, media_type="application/json", headers=headers
+    )
 
 
 def _invalid(request: Request, err: RequestValidationError) -> Response:
@@ -69,13 +72,25 @@ def _invalid(request: Request, err: RequestValidationError) -> Response:
     for e in err.errors():
         if e.get("type") == "extra_forbidden" and e.get("loc", ())[-1:] == ("user",):
             return _error(request, IdentityError(str(e.get("input")), None))
-    where = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}" for e in err.errors()[:5])
-    return _error(request, TrackingError(f"the request does not fit the API ({where}); "
-                                         "use TrackingClient, or see /docs for the fields"))  # fmt: skip
+    where = "; ".join(
+        f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}" for e in err.errors()[:5]
+    )
+    return _error(
+        request,
+        TrackingError(
+            f"the request does not fit the API ({where}); "
+            "use TrackingClient, or see /docs for the fields"
+        ),
+    )
 
 
-def create_app(store: TrackingStore | str, artifact_root: str | None = None, cold_root: str | None = None,
-               max_body_bytes: int = MAX_BODY_BYTES, **store_kwargs: Any) -> FastAPI:  # fmt: skip
+def create_app(
+    store: TrackingStore | str,
+    artifact_root: str | None = None,
+    cold_root: str | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    **store_kwargs: Any,
+) -> FastAPI:
     """The server's app over `store` (or over a store opened on database URL `store` and
     `artifact_root`, with `store_kwargs` such as ``cache_dir``). `cold_root` is the only
     cold tier a retention policy or `gc` sent through the server may name; a request body
@@ -84,8 +99,11 @@ def create_app(store: TrackingStore | str, artifact_root: str | None = None, col
         if artifact_root is None:
             raise TrackingError("create_app(db_url, ...) needs artifact_root as well")
         store = TrackingStore(store, artifact_root, default_user=NO_USER, **store_kwargs)
-    app = FastAPI(title="mlinfra-lab tracking server", version="1",
-                  description="The tracking store's API; every request acts as its bearer token's user.")  # fmt: skip
+    app = FastAPI(
+        title="mlinfra-lab tracking server",
+        version="1",
+        description="The tracking store's API; every request acts as its bearer token's user.",
+    )
     app.state.store, app.state.cold_root = store, cold_root
     app.add_exception_handler(TrackingError, _error)
     app.add_exception_handler(RequestValidationError, _invalid)

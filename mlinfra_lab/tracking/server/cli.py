@@ -31,8 +31,10 @@ def client_for(args: argparse.Namespace):  # noqa: ANN201 (a TrackingClient)
     from mlinfra_lab.tracking.server.client import TrackingClient
 
     if args.user is not None:
-        raise CommandError("--user cannot be used with --server: the server acts as the user of "
-                           "--token (or $MLINFRA_TRACKING_TOKEN); use that user's token instead")  # fmt: skip
+        raise CommandError(
+            "--user cannot be used with --server: the server acts as the user of "
+            "--token (or $MLINFRA_TRACKING_TOKEN); use that user's token instead"
+        )
     return TrackingClient(args.server, args.token)
 
 
@@ -40,8 +42,13 @@ def _serve(args: argparse.Namespace) -> int:
     from mlinfra_lab.tracking.server.app import create_app
     from mlinfra_lab.tracking.server.serving import serve
 
-    app = create_app(args.db, args.artifacts, cold_root=args.cold_root, cache_dir=args.cache_dir,
-                     cache_bytes=int(args.cache_gb * 2**30))  # fmt: skip
+    app = create_app(
+        args.db,
+        args.artifacts,
+        cold_root=args.cold_root,
+        cache_dir=args.cache_dir,
+        cache_bytes=int(args.cache_gb * 2**30),
+    )
     print(f"tracking server: database {args.db}, artifacts {args.artifacts}", file=sys.stderr)
     serve(app, args.host, args.port)
     return 0
@@ -55,7 +62,10 @@ def _token(args: argparse.Namespace) -> int:
         by = store.default_user
         if args.token_command == "create":
             issued = tokens.create_token(store.engine, args.principal, by, args.note)
-            print(f"token {issued.id} for {issued.user} (shown once; store it like a password):", file=sys.stderr)
+            print(
+                f"token {issued.id} for {issued.user} (shown once; store it like a password):",
+                file=sys.stderr,
+            )
             print(issued.secret)
         elif args.token_command == "revoke":
             tokens.revoke_token(store.engine, args.id, by)
@@ -67,37 +77,73 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction, db_args: argparse.ArgumentParser,
-             location: argparse.ArgumentParser) -> None:  # fmt: skip
+def register(
+    sub: argparse._SubParsersAction,
+    db_args: argparse.ArgumentParser,
+    location: argparse.ArgumentParser,
+) -> None:
     """Add ``serve`` and ``token`` to ``mlinfra-lab track`` (`db_args`: ``--db``, ``--artifacts``,
     ``--user``; `location`: the first two only, for ``serve``, which acts as no one)."""
     serve = sub.add_parser(
-        "serve", parents=[location], help="run the tracking server (the trust boundary) on a database",
+        "serve",
+        parents=[location],
+        help="run the tracking server (the trust boundary) on a database",
         description="Serve the tracking store over HTTP: every request acts as the user of its bearer "
-                    "token (mlinfra-lab track token create USER), never as a name it gives. Plain HTTP "
-                    "on loopback by default: put a TLS proxy in front before listening elsewhere. "
-                    "Example: mlinfra-lab track serve --db sqlite:///t.db --artifacts ./art --port 5000")  # fmt: skip
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
-    serve.add_argument("--port", type=int, default=5000, help="port (default 5000; 0 picks a free one, printed)")
-    serve.add_argument("--cache-dir", default=None, help="local directory for the hot-artifact cache (default: none)")
-    serve.add_argument("--cache-gb", type=float, default=1.0, help="size of that cache in GiB (default 1)")
-    serve.add_argument("--cold-root", default=None,
-                       help="the cold tier (fsspec URL) retention may move artifacts to; a policy sent "
-                            "through the server may name no other")  # fmt: skip
+        "token (mlinfra-lab track token create USER), never as a name it gives. Plain HTTP "
+        "on loopback by default: put a TLS proxy in front before listening elsewhere. "
+        "Example: mlinfra-lab track serve --db sqlite:///t.db --artifacts ./art --port 5000",
+    )
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1, loopback only)",
+    )
+    serve.add_argument(
+        "--port", type=int, default=5000, help="port (default 5000; 0 picks a free one, printed)"
+    )
+    serve.add_argument(
+        "--cache-dir",
+        default=None,
+        help="local directory for the hot-artifact cache (default: none)",
+    )
+    serve.add_argument(
+        "--cache-gb", type=float, default=1.0, help="size of that cache in GiB (default 1)"
+    )
+    serve.add_argument(
+        "--cold-root",
+        default=None,
+        help="the cold tier (fsspec URL) retention may move artifacts to; a policy sent "
+        "through the server may name no other",
+    )
     serve.set_defaults(func=_serve)
 
-    token = sub.add_parser("token", help="create, revoke or list the server's bearer tokens (store ADMIN)",
-                           description="Bearer tokens of the tracking server. Direct database access as "
-                                       "--user, who must be a store ADMIN; only a token's sha256 is stored.")  # fmt: skip
+    token = sub.add_parser(
+        "token",
+        help="create, revoke or list the server's bearer tokens (store ADMIN)",
+        description="Bearer tokens of the tracking server. Direct database access as "
+        "--user, who must be a store ADMIN; only a token's sha256 is stored.",
+    )
     tsub = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
-    create = tsub.add_parser("create", parents=[db_args], help="a new token for USER; prints it once",
-                             description="Create a token for USER (registered as a user if new) and print "
-                                         "it once on stdout: TOKEN=$(mlinfra-lab track token create bob)")  # fmt: skip
+    create = tsub.add_parser(
+        "create",
+        parents=[db_args],
+        help="a new token for USER; prints it once",
+        description="Create a token for USER (registered as a user if new) and print "
+        "it once on stdout: TOKEN=$(mlinfra-lab track token create bob)",
+    )
     create.add_argument("principal", metavar="USER", help="the user the token acts as")
-    create.add_argument("--note", default=None, help="what the token is for (shown by 'token list')")
-    revoke = tsub.add_parser("revoke", parents=[db_args], help="revoke a token by id (its next request gets 401)")
-    revoke.add_argument("id", type=int, help="token id, as printed by 'token create' and 'token list'")
-    listing = tsub.add_parser("list", parents=[db_args], help="list tokens: id, user, valid or revoked (no secrets)")
+    create.add_argument(
+        "--note", default=None, help="what the token is for (shown by 'token list')"
+    )
+    revoke = tsub.add_parser(
+        "revoke", parents=[db_args], help="revoke a token by id (its next request gets 401)"
+    )
+    revoke.add_argument(
+        "id", type=int, help="token id, as printed by 'token create' and 'token list'"
+    )
+    listing = tsub.add_parser(
+        "list", parents=[db_args], help="list tokens: id, user, valid or revoked (no secrets)"
+    )
     listing.add_argument("--of", default=None, metavar="USER", help="only this user's tokens")
     for p in (create, revoke, listing):
         p.set_defaults(func=_token)
@@ -105,8 +151,13 @@ def register(sub: argparse._SubParsersAction, db_args: argparse.ArgumentParser,
 
 def server_args(parser: argparse.ArgumentParser) -> None:
     """``--server`` and ``--token``: send a ``track`` command through a tracking server."""
-    parser.add_argument("--server", default=os.environ.get(URL_ENV), metavar="URL",
-                        help=f"send the command through this tracking server (default: ${URL_ENV}); "
-                             "it acts as the token's user, and --user is refused")  # fmt: skip
-    parser.add_argument("--token", default=None,
-                        help="bearer token for --server (default: $MLINFRA_TRACKING_TOKEN)")
+    parser.add_argument(
+        "--server",
+        default=os.environ.get(URL_ENV),
+        metavar="URL",
+        help=f"send the command through this tracking server (default: ${URL_ENV}); "
+        "it acts as the token's user, and --user is refused",
+    )
+    parser.add_argument(
+        "--token", default=None, help="bearer token for --server (default: $MLINFRA_TRACKING_TOKEN)"
+    )

@@ -50,14 +50,21 @@ def _node(node: Any) -> str:
 class TrackingClient:
     """The tracking store's API over HTTP, as the user of one bearer token."""
 
-    def __init__(self, url: str, token: str | None = None, batch_size: int = 1000, timeout_s: float = 60.0):
+    def __init__(
+        self, url: str, token: str | None = None, batch_size: int = 1000, timeout_s: float = 60.0
+    ) -> None:
         token = token or os.environ.get(TOKEN_ENV)
         if not token:
-            raise TrackingError(f"TrackingClient({url!r}) needs a token: pass token=, or set ${TOKEN_ENV}; "
-                                "a store ADMIN creates one with: mlinfra-lab track token create USER")  # fmt: skip
+            raise TrackingError(
+                f"TrackingClient({url!r}) needs a token: pass token=, or set ${TOKEN_ENV}; "
+                "a store ADMIN creates one with: mlinfra-lab track token create USER"
+            )
         self.url, self.batch_size = url.rstrip("/"), batch_size
-        self._http = httpx.Client(base_url=self.url + "/api", headers={"Authorization": f"Bearer {token}"},
-                                  timeout=timeout_s)  # fmt: skip
+        self._http = httpx.Client(
+            base_url=self.url + "/api",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+        )
         try:
             self.user: str = self.request("GET", "/whoami")["user"]
         except BaseException:
@@ -77,7 +84,7 @@ class TrackingClient:
     def __enter__(self) -> TrackingClient:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- the one way a request is sent -------------------------------------------------
@@ -85,16 +92,24 @@ class TrackingClient:
         if user is not None and user != self.user:
             raise IdentityError(user, self.user)
 
-    def request(self, method: str, path: str, body: Any = None, params: dict | None = None,
-              content: Any = None) -> Any:  # fmt: skip
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict | None = None,
+        content: Any = None,
+    ) -> Any:
         """Send one request to the server's API (`path` under ``/api``); its JSON answer, or the
         store's exception rebuilt from the error. The one way the client and its runs talk."""
         try:
             r = self._http.request(method, path, json=body, params=params, content=content)
         except httpx.TransportError as err:
-            raise ServerUnavailable(f"no answer from the tracking server at {self.url} ({type(err).__name__}: "
-                                    f"{err}); is `mlinfra-lab track serve` running there? Nothing "
-                                    "buffered was dropped: retry the call") from None  # fmt: skip
+            raise ServerUnavailable(
+                f"no answer from the tracking server at {self.url} ({type(err).__name__}: "
+                f"{err}); is `mlinfra-lab track serve` running there? Nothing "
+                "buffered was dropped: retry the call"
+            ) from None
         if r.status_code >= 400:
             raise self._error(r)
         return r.json()
@@ -116,11 +131,25 @@ class TrackingClient:
         self._as(user)
         self.request("POST", "/teams", {"team": team, "member": member})
 
-    def grant(self, project: str, principal: str, level: Level | str, user: str | None = None,
-              kind: str | None = None) -> None:  # fmt: skip
+    def grant(
+        self,
+        project: str,
+        principal: str,
+        level: Level | str,
+        user: str | None = None,
+        kind: str | None = None,
+    ) -> None:
         self._as(user)
-        self.request("POST", "/grants", {"project": project, "principal": principal,
-                                       "level": Level.parse(level).name, "kind": kind})  # fmt: skip
+        self.request(
+            "POST",
+            "/grants",
+            {
+                "project": project,
+                "principal": principal,
+                "level": Level.parse(level).name,
+                "kind": kind,
+            },
+        )
 
     def set_store_admin(self, principal: str, admin: bool = True, user: str | None = None) -> None:
         self._as(user)
@@ -132,47 +161,101 @@ class TrackingClient:
         return Level[self.request("GET", "/level", params=params)["level"]]
 
     # -- datasets and runs -------------------------------------------------------------
-    def register_dataset(self, project: str, name: str, version: str, uri: str, sha256: str | None = None,
-                         user: str | None = None) -> DatasetRef:  # fmt: skip
+    def register_dataset(
+        self,
+        project: str,
+        name: str,
+        version: str,
+        uri: str,
+        sha256: str | None = None,
+        user: str | None = None,
+    ) -> DatasetRef:
         self._as(user)
-        return wire.dataset_ref(self.request("POST", "/datasets", {"project": project, "name": name,
-                                           "version": version, "uri": uri, "sha256": sha256}))  # fmt: skip
+        return wire.dataset_ref(
+            self.request(
+                "POST",
+                "/datasets",
+                {
+                    "project": project,
+                    "name": name,
+                    "version": version,
+                    "uri": uri,
+                    "sha256": sha256,
+                },
+            )
+        )
 
-    def start_run(self, project: str, name: str | None = None, params: dict | None = None,
-                  tags: dict | None = None, code_commit: str | None = None,
-                  inputs: Iterable[DatasetRef | ArtifactInfo | str] = (), user: str | None = None,
-                  start_time: float | None = None) -> RemoteRun:  # fmt: skip
+    def start_run(
+        self,
+        project: str,
+        name: str | None = None,
+        params: dict | None = None,
+        tags: dict | None = None,
+        code_commit: str | None = None,
+        inputs: Iterable[DatasetRef | ArtifactInfo | str] = (),
+        user: str | None = None,
+        start_time: float | None = None,
+    ) -> RemoteRun:
         self._as(user)
-        out = self.request("POST", "/runs", {"project": project, "name": name, "params": params, "tags": tags,
-                                           "code_commit": code_commit, "inputs": [_node(i) for i in inputs],
-                                           "start_time": start_time})  # fmt: skip
+        out = self.request(
+            "POST",
+            "/runs",
+            {
+                "project": project,
+                "name": name,
+                "params": params,
+                "tags": tags,
+                "code_commit": code_commit,
+                "inputs": [_node(i) for i in inputs],
+                "start_time": start_time,
+            },
+        )
         return RemoteRun(self, out["id"], out["project"], out["name"], out["user"], self.batch_size)
 
     def get_run(self, run_id: int, user: str | None = None) -> RunInfo:
         self._as(user)
         return wire.run_info(self.request("GET", f"/runs/{int(run_id)}"))
 
-    def metric_history(self, run_id: int, key: str, user: str | None = None) -> list[tuple[int, float]]:
+    def metric_history(
+        self, run_id: int, key: str, user: str | None = None
+    ) -> list[tuple[int, float]]:
         self._as(user)
-        return [tuple(p) for p in self.request("GET", f"/runs/{int(run_id)}/metric-history", params={"key": key})]
+        return [
+            tuple(p)
+            for p in self.request("GET", f"/runs/{int(run_id)}/metric-history", params={"key": key})
+        ]
 
-    def search_runs(self, project: str | Sequence[str] | None, filter: str | None = None,
-                    order_by: str | None = None, limit: int = 100,
-                    user: str | None = None) -> list[RunInfo]:  # fmt: skip
+    def search_runs(
+        self,
+        project: str | Sequence[str] | None,
+        filter: str | None = None,
+        order_by: str | None = None,
+        limit: int = 100,
+        user: str | None = None,
+    ) -> list[RunInfo]:
         self._as(user)
         project = project if project is None or isinstance(project, str) else list(project)
         body = {"project": project, "filter": filter, "order_by": order_by, "limit": limit}
         return [wire.run_info(r) for r in self.request("POST", "/runs/search", body)]
 
-    def explain_search(self, project: str, filter: str | None = None, order_by: str | None = None,
-                       user: str | None = None) -> list[str]:  # fmt: skip
+    def explain_search(
+        self,
+        project: str,
+        filter: str | None = None,
+        order_by: str | None = None,
+        user: str | None = None,
+    ) -> list[str]:
         self._as(user)
-        return self.request("POST", "/runs/explain", {"project": project, "filter": filter, "order_by": order_by})
+        return self.request(
+            "POST", "/runs/explain", {"project": project, "filter": filter, "order_by": order_by}
+        )
 
     # -- artifacts and lineage -----------------------------------------------------------
     def list_artifacts(self, run_id: int, user: str | None = None) -> list[ArtifactInfo]:
         self._as(user)
-        return [wire.artifact_info(a) for a in self.request("GET", f"/runs/{int(run_id)}/artifacts")]
+        return [
+            wire.artifact_info(a) for a in self.request("GET", f"/runs/{int(run_id)}/artifacts")
+        ]
 
     def open_artifact(self, artifact_id: int, user: str | None = None) -> BinaryIO:
         """An open binary file of the artifact's bytes (verified by the server, length checked here)."""
@@ -187,12 +270,16 @@ class TrackingClient:
                     out.write(chunk)
                 expected = r.headers.get("content-length")
             if expected is not None and out.tell() != int(expected):
-                raise ServerUnavailable(f"artifact {artifact_id}: {out.tell()} of {expected} bytes arrived; "
-                                        "the connection was cut, download it again")  # fmt: skip
+                raise ServerUnavailable(
+                    f"artifact {artifact_id}: {out.tell()} of {expected} bytes arrived; "
+                    "the connection was cut, download it again"
+                )
         except httpx.TransportError as err:
             out.close()
-            raise ServerUnavailable(f"artifact {artifact_id}: the download from {self.url} failed "
-                                    f"({type(err).__name__}); download it again") from None  # fmt: skip
+            raise ServerUnavailable(
+                f"artifact {artifact_id}: the download from {self.url} failed "
+                f"({type(err).__name__}); download it again"
+            ) from None
         except BaseException:
             out.close()
             raise
@@ -210,27 +297,51 @@ class TrackingClient:
     def cache_stats(self) -> None:  # the server's cache is the server's business
         return None
 
-    def lineage(self, node: str | RunInfo | RemoteRun | ArtifactInfo | DatasetRef, direction: str = "forward",
-                depth: int | None = None, user: str | None = None) -> LineageGraph:  # fmt: skip
+    def lineage(
+        self,
+        node: str | RunInfo | RemoteRun | ArtifactInfo | DatasetRef,
+        direction: str = "forward",
+        depth: int | None = None,
+        user: str | None = None,
+    ) -> LineageGraph:
         self._as(user)
-        params = {"node": _node(node), "direction": direction} | ({"depth": depth} if depth is not None else {})
+        params = {"node": _node(node), "direction": direction} | (
+            {"depth": depth} if depth is not None else {}
+        )
         return wire.lineage_graph(self.request("GET", "/lineage", params=params))
 
     # -- retention, garbage collection, audit, counts ------------------------------------
-    def apply_retention(self, policy: RetentionPolicy, now: float | None = None, dry_run: bool = True,
-                        user: str | None = None) -> RetentionPlan:  # fmt: skip
+    def apply_retention(
+        self,
+        policy: RetentionPolicy,
+        now: float | None = None,
+        dry_run: bool = True,
+        user: str | None = None,
+    ) -> RetentionPlan:
         self._as(user)
         body = {"policy": policy.as_dict(), "now": now, "dry_run": dry_run}
         return wire.retention_plan(self.request("POST", "/retention", body))
 
-    def gc(self, grace_seconds: float = 3600.0, dry_run: bool = False, extra_roots: Sequence[str] = (),
-           user: str | None = None, stale_upload_seconds: float = 3600.0) -> GcReport:  # fmt: skip
+    def gc(
+        self,
+        grace_seconds: float = 3600.0,
+        dry_run: bool = False,
+        extra_roots: Sequence[str] = (),
+        user: str | None = None,
+        stale_upload_seconds: float = 3600.0,
+    ) -> GcReport:
         self._as(user)
-        body = {"grace_seconds": grace_seconds, "dry_run": dry_run, "extra_roots": list(extra_roots),
-                "stale_upload_seconds": stale_upload_seconds}  # fmt: skip
+        body = {
+            "grace_seconds": grace_seconds,
+            "dry_run": dry_run,
+            "extra_roots": list(extra_roots),
+            "stale_upload_seconds": stale_upload_seconds,
+        }
         return wire.gc_report(self.request("POST", "/gc", body))
 
-    def audit_log(self, project: str | None, limit: int = 100, user: str | None = None) -> list[dict]:
+    def audit_log(
+        self, project: str | None, limit: int = 100, user: str | None = None
+    ) -> list[dict]:
         self._as(user)
         params = {"limit": limit} | ({"project": project} if project is not None else {})
         return self.request("GET", "/audit", params=params)

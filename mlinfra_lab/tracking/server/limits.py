@@ -38,24 +38,38 @@ class BodyLimit:
         self.app, self.max_bytes = app, max_bytes
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if (scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH")
-                or _STREAMED.match(scope["path"])):
+        if (
+            scope["type"] != "http"
+            or scope["method"] not in ("POST", "PUT", "PATCH")
+            or _STREAMED.match(scope["path"])
+        ):
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         length = headers.get(b"content-length")
         if length is None and headers.get(b"transfer-encoding"):
-            return await _refuse(send, "the request body has no stated length (chunked); send "
-                                       "it with a Content-Length, as TrackingClient does")
+            return await _refuse(
+                send,
+                "the request body has no stated length (chunked); send "
+                "it with a Content-Length, as TrackingClient does",
+            )
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            return await _refuse(send, f"the request body ({length.decode(errors='replace')[:20]}"
-                                       f" bytes) is over the server's {self.max_bytes} bytes; "
-                                       "send metrics in smaller batches (RemoteRun.batch_size) "
-                                       "or large data as an artifact, which is streamed")
+            return await _refuse(
+                send,
+                f"the request body ({length.decode(errors='replace')[:20]}"
+                f" bytes) is over the server's {self.max_bytes} bytes; "
+                "send metrics in smaller batches (RemoteRun.batch_size) "
+                "or large data as an artifact, which is streamed",
+            )
         return await self.app(scope, receive, send)
 
 
 async def _refuse(send: Any, message: str) -> None:
     status, body = wire.error_payload(RequestTooLarge(message))
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+        }
+    )
     await send({"type": "http.response.body", "body": wire.dumps(body)})

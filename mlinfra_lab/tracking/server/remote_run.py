@@ -44,8 +44,14 @@ __all__ = ["RemoteRun", "Transport"]
 class Transport(Protocol):
     """What a remote run sends its requests through: a `TrackingClient` is one (no import of it)."""
 
-    def request(self, method: str, path: str, body: Any = None, params: dict | None = None,
-                content: Any = None) -> Any: ...  # fmt: skip
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict | None = None,
+        content: Any = None,
+    ) -> Any: ...
 
 
 def _stream(source: bytes | str | os.PathLike | BinaryIO) -> bytes | Iterator[bytes]:
@@ -67,8 +73,15 @@ def _stream(source: bytes | str | os.PathLike | BinaryIO) -> bytes | Iterator[by
 class RemoteRun(RunHandle):
     """Handle of one run on a tracking server; created by `TrackingClient.start_run`."""
 
-    def __init__(self, client: Transport, run_id: int, project: str, name: str, user: str,
-                 batch_size: int = 1000):  # fmt: skip
+    def __init__(
+        self,
+        client: Transport,
+        run_id: int,
+        project: str,
+        name: str,
+        user: str,
+        batch_size: int = 1000,
+    ) -> None:
         super().__init__(run_id, project, name, user, batch_size)
         self.client = client
         self._buffer: list[tuple[int, dict[str, float]]] = []
@@ -83,8 +96,10 @@ class RemoteRun(RunHandle):
         for key, value in values.items():
             v = float(value)
             if math.isnan(v):
-                raise TrackingError(f"metric {key!r} is NaN at step {step}; log a number, and "
-                                    "record divergence as a tag (e.g. diverged=step)")  # fmt: skip
+                raise TrackingError(
+                    f"metric {key!r} is NaN at step {step}; log a number, and "
+                    "record divergence as a tag (e.g. diverged=step)"
+                )
             point[str(key)] = v
         self._buffer.append((step, point))
         self._points += len(point)
@@ -119,16 +134,23 @@ class RemoteRun(RunHandle):
         self._check_open()
         self.client.request("POST", f"/runs/{self.id}/tags", {"tags": tags})
 
-    def log_artifact(self, source: bytes | str | os.PathLike | BinaryIO, name: str,
-                     kind: str = "other", step: int | None = None,
-                     pinned: bool = False) -> ArtifactInfo:  # fmt: skip
+    def log_artifact(
+        self,
+        source: bytes | str | os.PathLike | BinaryIO,
+        name: str,
+        kind: str = "other",
+        step: int | None = None,
+        pinned: bool = False,
+    ) -> ArtifactInfo:
         """Stream `source` (bytes, a file path or a binary stream) to the server as an artifact."""
         self._check_open()
         check_name(name)
         params = {"name": name, "kind": kind, "pinned": str(bool(pinned)).lower()}
         if step is not None:
             params["step"] = int(step)
-        out = self.client.request("POST", f"/runs/{self.id}/artifacts", params=params, content=_stream(source))
+        out = self.client.request(
+            "POST", f"/runs/{self.id}/artifacts", params=params, content=_stream(source)
+        )
         return wire.artifact_info(out)
 
     # -- end -----------------------------------------------------------------------

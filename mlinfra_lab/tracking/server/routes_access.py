@@ -70,12 +70,16 @@ def set_store_admin(body: StoreAdmin, request: Request, user: str = Depends(call
 
 
 @router.get("/level")
-def level(project: str, request: Request, principal: str | None = None,
-          user: str = Depends(caller)) -> Response:  # fmt: skip
-    return json_response({"level": store_of(request).level(project, user=user, principal=principal).name})
+def level(
+    project: str, request: Request, principal: str | None = None, user: str = Depends(caller)
+) -> Response:
+    return json_response(
+        {"level": store_of(request).level(project, user=user, principal=principal).name}
+    )
 
 
 @router.get("/audit")
-def audit_log(request: Request, project: str | None = None, limit: int = 100,
-              user: str = Depends(caller)) -> Response:  # fmt: skip
+def audit_log(
+    request: Request, project: str | None = None, limit: int = 100, user: str = Depends(caller)
+) -> Response:
     return json_response(store_of(request).audit_log(project, limit, user=user))

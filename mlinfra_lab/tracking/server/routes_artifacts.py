@@ -49,7 +49,7 @@ class Pin(BaseModel):
 class _RequestBody(io.RawIOBase):
     """The request's body as a blocking binary file, for a worker thread (not the event loop)."""
 
-    def __init__(self, chunks: AsyncIterator[bytes]):
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
         self._chunks, self._pending, self._done = chunks, bytearray(), False
 
     def readable(self) -> bool:
@@ -75,9 +75,17 @@ class _RequestBody(io.RawIOBase):
 
 
 @router.post("/runs/{run_id}/artifacts")
-async def log_artifact(run_id: int, name: str, request: Request, kind: str = "other", step: int | None = None,
-                       pinned: bool = False, user: str = Depends(caller)) -> Response:  # fmt: skip
-    run = Run(store_of(request), run_id, "?", "?", user)  # never trusted: WRITE is re-read per write
+async def log_artifact(
+    run_id: int,
+    name: str,
+    request: Request,
+    kind: str = "other",
+    step: int | None = None,
+    pinned: bool = False,
+    user: str = Depends(caller),
+) -> Response:
+    # the handle is never trusted: WRITE is re-read per write
+    run = Run(store_of(request), run_id, "?", "?", user)
     body = _RequestBody(request.stream())
     info = await run_in_threadpool(run.log_artifact, body, name, kind, step, pinned)
     return json_response(info)
@@ -100,8 +108,9 @@ def download(artifact_id: int, request: Request, user: str = Depends(caller)) ->
     f = store_of(request).open_artifact(artifact_id, user=user)  # verified, or IntegrityError
     size = f.seek(0, io.SEEK_END)
     f.seek(0)
-    return StreamingResponse(_chunks(f), media_type="application/octet-stream",
-                             headers={"Content-Length": str(size)})  # fmt: skip
+    return StreamingResponse(
+        _chunks(f), media_type="application/octet-stream", headers={"Content-Length": str(size)}
+    )
 
 
 @router.post("/artifacts/{artifact_id}/pin")

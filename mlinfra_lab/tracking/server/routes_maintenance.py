@@ -44,8 +44,10 @@ class Gc(BaseModel):
 def _own_root(request: Request, root: str | None, what: str) -> None:
     allowed = request.app.state.cold_root
     if root is not None and root != allowed:
-        raise TrackingError(f"{what} {root!r} is not this server's cold root ({allowed!r}); through the "
-                            "server, storage locations are the server's: start it with --cold-root")  # fmt: skip
+        raise TrackingError(
+            f"{what} {root!r} is not this server's cold root ({allowed!r}); through the "
+            "server, storage locations are the server's: start it with --cold-root"
+        )
 
 
 @router.post("/retention")
@@ -53,7 +55,9 @@ def apply_retention(body: Retention, request: Request, user: str = Depends(calle
     try:
         policy = wire.policy(body.policy)
     except (KeyError, TypeError, ValueError) as err:
-        raise TrackingError(f"not a valid retention policy ({err}); send RetentionPolicy's fields") from None
+        raise TrackingError(
+            f"not a valid retention policy ({err}); send RetentionPolicy's fields"
+        ) from None
     _own_root(request, policy.cold_root, "the policy's cold_root")
     plan = store_of(request).apply_retention(policy, body.now, body.dry_run, user=user)
     return json_response(plan)
@@ -63,8 +67,13 @@ def apply_retention(body: Retention, request: Request, user: str = Depends(calle
 def gc(body: Gc, request: Request, user: str = Depends(caller)) -> Response:
     for root in body.extra_roots:
         _own_root(request, root, "the extra root")
-    report = store_of(request).gc(body.grace_seconds, body.dry_run, body.extra_roots, user=user,
-                                  stale_upload_seconds=body.stale_upload_seconds)  # fmt: skip
+    report = store_of(request).gc(
+        body.grace_seconds,
+        body.dry_run,
+        body.extra_roots,
+        user=user,
+        stale_upload_seconds=body.stale_upload_seconds,
+    )
     return json_response(report)
 
 

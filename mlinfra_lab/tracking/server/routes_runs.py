@@ -31,7 +31,8 @@ router = APIRouter()
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a field the API does not know (such as user) is refused
+    # a field the API does not know (such as user) is refused
+    model_config = ConfigDict(extra="forbid")
 
 
 class StartRun(_Body):
@@ -86,8 +87,16 @@ def _run(request: Request, run_id: int, user: str, points=()) -> Run:  # noqa: A
 
 @router.post("/runs")
 def start_run(body: StartRun, request: Request, user: str = Depends(caller)) -> Response:
-    run = store_of(request).start_run(body.project, body.name, body.params, body.tags, body.code_commit,
-                                      body.inputs, user=user, start_time=body.start_time)  # fmt: skip
+    run = store_of(request).start_run(
+        body.project,
+        body.name,
+        body.params,
+        body.tags,
+        body.code_commit,
+        body.inputs,
+        user=user,
+        start_time=body.start_time,
+    )
     return json_response({"id": run.id, "project": run.project, "name": run.name, "user": run.user})
 
 
@@ -97,17 +106,23 @@ def get_run(run_id: int, request: Request, user: str = Depends(caller)) -> Respo
 
 
 @router.get("/runs/{run_id}/metric-history")
-def metric_history(run_id: int, key: str, request: Request, user: str = Depends(caller)) -> Response:
+def metric_history(
+    run_id: int, key: str, request: Request, user: str = Depends(caller)
+) -> Response:
     return json_response(store_of(request).metric_history(run_id, key, user=user))
 
 
 @router.post("/runs/{run_id}/metrics")
-def log_metrics(run_id: int, body: Points, request: Request, user: str = Depends(caller)) -> Response:
+def log_metrics(
+    run_id: int, body: Points, request: Request, user: str = Depends(caller)
+) -> Response:
     return json_response({"written": _run(request, run_id, user, body.points).flush()})
 
 
 @router.post("/runs/{run_id}/params")
-def log_params(run_id: int, body: Params, request: Request, user: str = Depends(caller)) -> Response:
+def log_params(
+    run_id: int, body: Params, request: Request, user: str = Depends(caller)
+) -> Response:
     _run(request, run_id, user).log_params(body.params)
     return json_response({"ok": True})
 
@@ -126,23 +141,33 @@ def end(run_id: int, body: End, request: Request, user: str = Depends(caller)) -
 
 @router.post("/runs/search")
 def search_runs(body: Search, request: Request, user: str = Depends(caller)) -> Response:
-    runs = store_of(request).search_runs(body.project, body.filter, body.order_by, body.limit, user=user)
+    runs = store_of(request).search_runs(
+        body.project, body.filter, body.order_by, body.limit, user=user
+    )
     return json_response(runs)
 
 
 @router.post("/runs/explain")
 def explain_search(body: Search, request: Request, user: str = Depends(caller)) -> Response:
-    return json_response(store_of(request).explain_search(body.project, body.filter, body.order_by, user=user))
+    return json_response(
+        store_of(request).explain_search(body.project, body.filter, body.order_by, user=user)
+    )
 
 
 @router.post("/datasets")
 def register_dataset(body: Dataset, request: Request, user: str = Depends(caller)) -> Response:
-    ref = store_of(request).register_dataset(body.project, body.name, body.version, body.uri, body.sha256,
-                                             user=user)  # fmt: skip
+    ref = store_of(request).register_dataset(
+        body.project, body.name, body.version, body.uri, body.sha256, user=user
+    )
     return json_response(ref)
 
 
 @router.get("/lineage")
-def lineage(node: str, request: Request, direction: Literal["forward", "backward"] = "forward",
-            depth: int | None = None, user: str = Depends(caller)) -> Response:  # fmt: skip
+def lineage(
+    node: str,
+    request: Request,
+    direction: Literal["forward", "backward"] = "forward",
+    depth: int | None = None,
+    user: str = Depends(caller),
+) -> Response:
     return json_response(store_of(request).lineage(node, direction, depth, user=user))

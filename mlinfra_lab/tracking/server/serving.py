@@ -45,7 +45,9 @@ def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
         sock.bind((host, port))
     except OSError as err:
         sock.close()
-        raise TrackingError(f"cannot listen on {host}:{port} ({err.strerror}); pick another --port, or 0 for a free one") from None
+        raise TrackingError(
+            f"cannot listen on {host}:{port} ({err.strerror}); pick another --port, or 0 for a free one"
+        ) from None
     sock.listen(2048)
     return sock
 
@@ -56,8 +58,11 @@ def _url(sock: socket.socket) -> str:
 
 
 def _server(app: Any) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                         timeout_keep_alive=30))  # fmt: skip
+    return uvicorn.Server(
+        uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30
+        )
+    )
 
 
 def serve(app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -75,8 +80,13 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
 
 
 @contextlib.contextmanager
-def running_server(app_or_store: Any, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 30.0,
-                   **app_kwargs: Any) -> Iterator[str]:  # fmt: skip
+def running_server(
+    app_or_store: Any,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    timeout_s: float = 30.0,
+    **app_kwargs: Any,
+) -> Iterator[str]:
     """Serve `app_or_store` (an ASGI app, or a `TrackingStore` given to `create_app` with
     `app_kwargs`) from a daemon thread; yield its base URL; stop it on exit."""
     from mlinfra_lab.tracking.store import TrackingStore
@@ -88,13 +98,17 @@ def running_server(app_or_store: Any, host: str = "127.0.0.1", port: int = 0, ti
         app = create_app(app_or_store, **app_kwargs)
     sock = bind(host, port)
     server = _server(app)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="tracking-server", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="tracking-server", daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + timeout_s
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             sock.close()
-            raise TrackingError(f"the tracking server did not start within {timeout_s:g} s; see the log above")
+            raise TrackingError(
+                f"the tracking server did not start within {timeout_s:g} s; see the log above"
+            )
         time.sleep(0.01)
     try:
         yield _url(sock)

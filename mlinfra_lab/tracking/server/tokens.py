@@ -35,8 +35,16 @@ from mlinfra_lab.tracking import access, audit
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import NotFound, TrackingError
 
-__all__ = ["PREFIX", "IssuedToken", "TokenInfo", "authenticate", "create_token", "digest", "list_tokens",
-           "revoke_token"]  # fmt: skip
+__all__ = [
+    "PREFIX",
+    "IssuedToken",
+    "TokenInfo",
+    "authenticate",
+    "create_token",
+    "digest",
+    "list_tokens",
+    "revoke_token",
+]
 
 PREFIX = "mlt_"
 _MAX_SECRET = 200  # a longer string is not one of our tokens: refused before hashing
@@ -69,7 +77,9 @@ def digest(secret: str) -> str:
 
 def _check_user(user: str) -> str:
     if not isinstance(user, str) or not user or len(user) > 200 or not user.isprintable():
-        raise TrackingError(f"a token's user must be a printable name of 1..200 characters, got {user!r}")
+        raise TrackingError(
+            f"a token's user must be a printable name of 1..200 characters, got {user!r}"
+        )
     return user
 
 
@@ -79,10 +89,16 @@ def create_token(engine: Engine, user: str, by: str, note: str | None = None) ->
     secret = PREFIX + secrets.token_urlsafe(32)
     with audit.audited_write(engine, "creating a token") as conn:
         access.require_store_admin(conn, by, f"create a token for {user!r}")
-        access.ensure_principal(conn, by, "user")  # in a new store, the creator is its first user (ADMIN)
+        # in a new store, the creator is its first user (ADMIN)
+        access.ensure_principal(conn, by, "user")
         pid = access.ensure_principal(conn, user, "user")
-        ins = S.api_tokens.insert().values(principal_id=pid, digest=digest(secret), note=note and note[:200],
-                                           created_at=time.time(), created_by=by[:200])  # fmt: skip
+        ins = S.api_tokens.insert().values(
+            principal_id=pid,
+            digest=digest(secret),
+            note=note and note[:200],
+            created_at=time.time(),
+            created_by=by[:200],
+        )
         tid = conn.execute(ins.returning(S.api_tokens.c.id)).scalar_one()
         audit.record(conn, by, "create token", None, f"token:{tid}:{user}", True)
     return IssuedToken(tid, user, secret)
@@ -93,12 +109,17 @@ def revoke_token(engine: Engine, token_id: int, by: str) -> None:
     t = S.api_tokens
     with audit.audited_write(engine, "revoking a token") as conn:
         access.require_store_admin(conn, by, f"revoke token {token_id}")
-        done = conn.execute(update(t).where(t.c.id == int(token_id), t.c.revoked_at.is_(None))
-                            .values(revoked_at=time.time())).rowcount  # fmt: skip
+        done = conn.execute(
+            update(t)
+            .where(t.c.id == int(token_id), t.c.revoked_at.is_(None))
+            .values(revoked_at=time.time())
+        ).rowcount
         if not done:
             exists = conn.execute(select(t.c.id).where(t.c.id == int(token_id))).first()
             if exists is None:
-                raise NotFound(f"no token with id {token_id}; list them with: mlinfra-lab track token list")
+                raise NotFound(
+                    f"no token with id {token_id}; list them with: mlinfra-lab track token list"
+                )
         audit.record(conn, by, "revoke token", None, f"token:{token_id}", True)
 
 
@@ -118,7 +139,9 @@ def authenticate(conn: Connection, secret: str | None) -> str | None:
     if not secret or len(secret) > _MAX_SECRET or not secret.startswith(PREFIX):
         return None
     t, p = S.api_tokens, S.principals
-    row = conn.execute(select(p.c.name).join(t, t.c.principal_id == p.c.id)
-                       .where(t.c.digest == digest(secret), t.c.revoked_at.is_(None),
-                              p.c.kind == "user")).first()  # fmt: skip
+    row = conn.execute(
+        select(p.c.name)
+        .join(t, t.c.principal_id == p.c.id)
+        .where(t.c.digest == digest(secret), t.c.revoked_at.is_(None), p.c.kind == "user")
+    ).first()
     return None if row is None else row.name

@@ -38,8 +38,19 @@ from mlinfra_lab.tracking.retention import (
     RetentionRule,
 )
 
-__all__ = ["artifact_info", "dataset_ref", "dumps", "error_from_payload", "error_payload", "gc_report",
-           "lineage_graph", "policy", "retention_plan", "run_info", "status_of"]  # fmt: skip
+__all__ = [
+    "artifact_info",
+    "dataset_ref",
+    "dumps",
+    "error_from_payload",
+    "error_payload",
+    "gc_report",
+    "lineage_graph",
+    "policy",
+    "retention_plan",
+    "run_info",
+    "status_of",
+]
 
 _STATUS: tuple[tuple[type[TrackingError], int], ...] = (  # first match wins: subclasses first
     (errors.AuthenticationError, 401),
@@ -86,8 +97,13 @@ def gc_report(d: dict) -> GcReport:
 
 
 def lineage_graph(d: dict) -> LineageGraph:
-    return LineageGraph(d["root"], d["direction"], dict(d["nodes"]), [tuple(e) for e in d["edges"]],
-                        dict(d["deleted"]))  # fmt: skip
+    return LineageGraph(
+        d["root"],
+        d["direction"],
+        dict(d["nodes"]),
+        [tuple(e) for e in d["edges"]],
+        dict(d["deleted"]),
+    )
 
 
 def policy(d: dict) -> RetentionPolicy:
@@ -95,8 +111,14 @@ def policy(d: dict) -> RetentionPolicy:
 
 
 def retention_plan(d: dict) -> RetentionPlan:
-    return RetentionPlan(tuple(PlannedAction(**a) for a in d["actions"]), d["kept"], d["now"],
-                         policy(d["policy"]), d["applied"], tuple(d["notes"]))  # fmt: skip
+    return RetentionPlan(
+        tuple(PlannedAction(**a) for a in d["actions"]),
+        d["kept"],
+        d["now"],
+        policy(d["policy"]),
+        d["applied"],
+        tuple(d["notes"]),
+    )
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -106,18 +128,25 @@ def status_of(err: TrackingError) -> int:
 
 def error_payload(err: TrackingError) -> tuple[int, dict[str, Any]]:
     """(HTTP status, JSON body) of a store error: its class name, message and public attributes."""
-    attrs = {k: v for k, v in vars(err).items()
-             if not k.startswith("_") and isinstance(v, str | int | float | bool | type(None))}  # fmt: skip
+    attrs = {
+        k: v
+        for k, v in vars(err).items()
+        if not k.startswith("_") and isinstance(v, str | int | float | bool | type(None))
+    }
     return status_of(err), {"error": type(err).__name__, "message": str(err), "attrs": attrs}
 
 
 def error_from_payload(status: int, body: Any) -> TrackingError:
     """The error a server's reply describes, as the class the store would have raised."""
     if not isinstance(body, dict) or "message" not in body:
-        return TrackingError(f"the tracking server answered HTTP {status} without an error body: {str(body)[:200]!r}; "
-                             "check the URL (is it an mlinfra-lab tracking server?) and the server's log")  # fmt: skip
+        return TrackingError(
+            f"the tracking server answered HTTP {status} without an error body: {str(body)[:200]!r}; "
+            "check the URL (is it an mlinfra-lab tracking server?) and the server's log"
+        )
     cls = getattr(errors, str(body.get("error")), None)
-    if not (isinstance(cls, type) and issubclass(cls, TrackingError) and cls.__name__ in errors.__all__):
+    if not (
+        isinstance(cls, type) and issubclass(cls, TrackingError) and cls.__name__ in errors.__all__
+    ):
         cls = TrackingError
     err = cls.__new__(cls)
     Exception.__init__(err, body["message"])

@@ -9,198 +9,276 @@ Create Date: 2026-12-02 13:55:17.499786
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0001'
+revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table('audit_log',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('at', sa.Float(), nullable=False),
-    sa.Column('principal', sa.String(length=200), nullable=False),
-    sa.Column('action', sa.String(length=50), nullable=False),
-    sa.Column('project', sa.String(length=200), nullable=True),
-    sa.Column('target', sa.String(length=200), nullable=True),
-    sa.Column('allowed', sa.Boolean(), nullable=False),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_audit_log'))
+    op.create_table(
+        "audit_log",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("at", sa.Float(), nullable=False),
+        sa.Column("principal", sa.String(length=200), nullable=False),
+        sa.Column("action", sa.String(length=50), nullable=False),
+        sa.Column("project", sa.String(length=200), nullable=True),
+        sa.Column("target", sa.String(length=200), nullable=True),
+        sa.Column("allowed", sa.Boolean(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_audit_log")),
     )
-    with op.batch_alter_table('audit_log', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_audit_log_principal_at'), ['principal', 'at'], unique=False)
+    with op.batch_alter_table("audit_log", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_audit_log_principal_at"), ["principal", "at"], unique=False
+        )
 
-    op.create_table('lineage_edges',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('src', sa.String(length=120), nullable=False),
-    sa.Column('dst', sa.String(length=120), nullable=False),
-    sa.Column('relation', sa.String(length=20), nullable=False),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_lineage_edges'))
+    op.create_table(
+        "lineage_edges",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("src", sa.String(length=120), nullable=False),
+        sa.Column("dst", sa.String(length=120), nullable=False),
+        sa.Column("relation", sa.String(length=20), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_lineage_edges")),
     )
-    with op.batch_alter_table('lineage_edges', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_lineage_edges_dst'), ['dst'], unique=False)
-        batch_op.create_index(batch_op.f('ix_lineage_edges_src'), ['src'], unique=False)
+    with op.batch_alter_table("lineage_edges", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_lineage_edges_dst"), ["dst"], unique=False)
+        batch_op.create_index(batch_op.f("ix_lineage_edges_src"), ["src"], unique=False)
 
-    op.create_table('principals',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('name', sa.String(length=200), nullable=False),
-    sa.Column('kind', sa.String(length=10), nullable=False),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_principals')),
-    sa.UniqueConstraint('name', name=op.f('uq_principals_name'))
+    op.create_table(
+        "principals",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=200), nullable=False),
+        sa.Column("kind", sa.String(length=10), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_principals")),
+        sa.UniqueConstraint("name", name=op.f("uq_principals_name")),
     )
-    op.create_table('projects',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('name', sa.String(length=200), nullable=False),
-    sa.Column('created_at', sa.Float(), nullable=False),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_projects')),
-    sa.UniqueConstraint('name', name=op.f('uq_projects_name'))
+    op.create_table(
+        "projects",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=200), nullable=False),
+        sa.Column("created_at", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_projects")),
+        sa.UniqueConstraint("name", name=op.f("uq_projects_name")),
     )
-    op.create_table('datasets',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('project_id', sa.Integer(), nullable=False),
-    sa.Column('name', sa.String(length=200), nullable=False),
-    sa.Column('version', sa.String(length=100), nullable=False),
-    sa.Column('uri', sa.Text(), nullable=False),
-    sa.Column('sha256', sa.String(length=64), nullable=True),
-    sa.Column('created_at', sa.Float(), nullable=False),
-    sa.ForeignKeyConstraint(['project_id'], ['projects.id'], name=op.f('fk_datasets_project_id_projects'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_datasets')),
-    sa.UniqueConstraint('project_id', 'name', 'version', name=op.f('uq_datasets_project_id_name_version'))
+    op.create_table(
+        "datasets",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("project_id", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=200), nullable=False),
+        sa.Column("version", sa.String(length=100), nullable=False),
+        sa.Column("uri", sa.Text(), nullable=False),
+        sa.Column("sha256", sa.String(length=64), nullable=True),
+        sa.Column("created_at", sa.Float(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name=op.f("fk_datasets_project_id_projects"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_datasets")),
+        sa.UniqueConstraint(
+            "project_id", "name", "version", name=op.f("uq_datasets_project_id_name_version")
+        ),
     )
-    op.create_table('grants',
-    sa.Column('project_id', sa.Integer(), nullable=False),
-    sa.Column('principal_id', sa.Integer(), nullable=False),
-    sa.Column('level', sa.Integer(), nullable=False),
-    sa.ForeignKeyConstraint(['principal_id'], ['principals.id'], name=op.f('fk_grants_principal_id_principals'), ondelete='CASCADE'),
-    sa.ForeignKeyConstraint(['project_id'], ['projects.id'], name=op.f('fk_grants_project_id_projects'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('project_id', 'principal_id', name=op.f('pk_grants'))
+    op.create_table(
+        "grants",
+        sa.Column("project_id", sa.Integer(), nullable=False),
+        sa.Column("principal_id", sa.Integer(), nullable=False),
+        sa.Column("level", sa.Integer(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["principal_id"],
+            ["principals.id"],
+            name=op.f("fk_grants_principal_id_principals"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name=op.f("fk_grants_project_id_projects"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("project_id", "principal_id", name=op.f("pk_grants")),
     )
-    op.create_table('runs',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('project_id', sa.Integer(), nullable=False),
-    sa.Column('name', sa.String(length=200), nullable=False),
-    sa.Column('status', sa.String(length=20), nullable=False),
-    sa.Column('user', sa.String(length=200), nullable=False),
-    sa.Column('code_commit', sa.String(length=64), nullable=True),
-    sa.Column('created_at', sa.Float(), nullable=False),
-    sa.Column('ended_at', sa.Float(), nullable=True),
-    sa.ForeignKeyConstraint(['project_id'], ['projects.id'], name=op.f('fk_runs_project_id_projects'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_runs'))
+    op.create_table(
+        "runs",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("project_id", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=200), nullable=False),
+        sa.Column("status", sa.String(length=20), nullable=False),
+        sa.Column("user", sa.String(length=200), nullable=False),
+        sa.Column("code_commit", sa.String(length=64), nullable=True),
+        sa.Column("created_at", sa.Float(), nullable=False),
+        sa.Column("ended_at", sa.Float(), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name=op.f("fk_runs_project_id_projects"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_runs")),
     )
-    with op.batch_alter_table('runs', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_runs_project_id_created_at'), ['project_id', 'created_at'], unique=False)
-        batch_op.create_index(batch_op.f('ix_runs_project_id_status'), ['project_id', 'status'], unique=False)
+    with op.batch_alter_table("runs", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_runs_project_id_created_at"), ["project_id", "created_at"], unique=False
+        )
+        batch_op.create_index(
+            batch_op.f("ix_runs_project_id_status"), ["project_id", "status"], unique=False
+        )
 
-    op.create_table('team_members',
-    sa.Column('team_id', sa.Integer(), nullable=False),
-    sa.Column('user_id', sa.Integer(), nullable=False),
-    sa.ForeignKeyConstraint(['team_id'], ['principals.id'], name=op.f('fk_team_members_team_id_principals'), ondelete='CASCADE'),
-    sa.ForeignKeyConstraint(['user_id'], ['principals.id'], name=op.f('fk_team_members_user_id_principals'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('team_id', 'user_id', name=op.f('pk_team_members'))
+    op.create_table(
+        "team_members",
+        sa.Column("team_id", sa.Integer(), nullable=False),
+        sa.Column("user_id", sa.Integer(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["team_id"],
+            ["principals.id"],
+            name=op.f("fk_team_members_team_id_principals"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["user_id"],
+            ["principals.id"],
+            name=op.f("fk_team_members_user_id_principals"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("team_id", "user_id", name=op.f("pk_team_members")),
     )
-    op.create_table('artifacts',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('run_id', sa.Integer(), nullable=False),
-    sa.Column('name', sa.String(length=500), nullable=False),
-    sa.Column('kind', sa.String(length=50), nullable=False),
-    sa.Column('step', sa.Integer(), nullable=True),
-    sa.Column('uri', sa.Text(), nullable=False),
-    sa.Column('sha256', sa.String(length=64), nullable=False),
-    sa.Column('size', sa.Integer(), nullable=False),
-    sa.Column('tier', sa.String(length=10), nullable=False),
-    sa.Column('pinned', sa.Boolean(), nullable=False),
-    sa.Column('created_at', sa.Float(), nullable=False),
-    sa.ForeignKeyConstraint(['run_id'], ['runs.id'], name=op.f('fk_artifacts_run_id_runs'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_artifacts'))
+    op.create_table(
+        "artifacts",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("run_id", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=500), nullable=False),
+        sa.Column("kind", sa.String(length=50), nullable=False),
+        sa.Column("step", sa.Integer(), nullable=True),
+        sa.Column("uri", sa.Text(), nullable=False),
+        sa.Column("sha256", sa.String(length=64), nullable=False),
+        sa.Column("size", sa.Integer(), nullable=False),
+        sa.Column("tier", sa.String(length=10), nullable=False),
+        sa.Column("pinned", sa.Boolean(), nullable=False),
+        sa.Column("created_at", sa.Float(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["run_id"], ["runs.id"], name=op.f("fk_artifacts_run_id_runs"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_artifacts")),
     )
-    with op.batch_alter_table('artifacts', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_artifacts_run_id_kind'), ['run_id', 'kind'], unique=False)
-        batch_op.create_index(batch_op.f('ix_artifacts_uri'), ['uri'], unique=False)
+    with op.batch_alter_table("artifacts", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_artifacts_run_id_kind"), ["run_id", "kind"], unique=False
+        )
+        batch_op.create_index(batch_op.f("ix_artifacts_uri"), ["uri"], unique=False)
 
-    op.create_table('latest_metrics',
-    sa.Column('run_id', sa.Integer(), nullable=False),
-    sa.Column('key', sa.String(length=250), nullable=False),
-    sa.Column('step', sa.Integer(), nullable=False),
-    sa.Column('value', sa.Float(), nullable=False),
-    sa.ForeignKeyConstraint(['run_id'], ['runs.id'], name=op.f('fk_latest_metrics_run_id_runs'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('run_id', 'key', name=op.f('pk_latest_metrics'))
+    op.create_table(
+        "latest_metrics",
+        sa.Column("run_id", sa.Integer(), nullable=False),
+        sa.Column("key", sa.String(length=250), nullable=False),
+        sa.Column("step", sa.Integer(), nullable=False),
+        sa.Column("value", sa.Float(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["run_id"], ["runs.id"], name=op.f("fk_latest_metrics_run_id_runs"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("run_id", "key", name=op.f("pk_latest_metrics")),
     )
-    with op.batch_alter_table('latest_metrics', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_latest_metrics_key_value_run_id'), ['key', 'value', 'run_id'], unique=False)
+    with op.batch_alter_table("latest_metrics", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_latest_metrics_key_value_run_id"),
+            ["key", "value", "run_id"],
+            unique=False,
+        )
 
-    op.create_table('metrics',
-    sa.Column('run_id', sa.Integer(), nullable=False),
-    sa.Column('key', sa.String(length=250), nullable=False),
-    sa.Column('step', sa.Integer(), nullable=False),
-    sa.Column('value', sa.Float(), nullable=False),
-    sa.Column('timestamp', sa.Float(), nullable=False),
-    sa.ForeignKeyConstraint(['run_id'], ['runs.id'], name=op.f('fk_metrics_run_id_runs'), ondelete='CASCADE')
+    op.create_table(
+        "metrics",
+        sa.Column("run_id", sa.Integer(), nullable=False),
+        sa.Column("key", sa.String(length=250), nullable=False),
+        sa.Column("step", sa.Integer(), nullable=False),
+        sa.Column("value", sa.Float(), nullable=False),
+        sa.Column("timestamp", sa.Float(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["run_id"], ["runs.id"], name=op.f("fk_metrics_run_id_runs"), ondelete="CASCADE"
+        ),
     )
-    with op.batch_alter_table('metrics', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_metrics_run_id_key_step'), ['run_id', 'key', 'step'], unique=False)
+    with op.batch_alter_table("metrics", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_metrics_run_id_key_step"), ["run_id", "key", "step"], unique=False
+        )
 
-    op.create_table('params',
-    sa.Column('run_id', sa.Integer(), nullable=False),
-    sa.Column('key', sa.String(length=250), nullable=False),
-    sa.Column('value_str', sa.Text(), nullable=False),
-    sa.Column('value_num', sa.Float(), nullable=True),
-    sa.ForeignKeyConstraint(['run_id'], ['runs.id'], name=op.f('fk_params_run_id_runs'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('run_id', 'key', name=op.f('pk_params'))
+    op.create_table(
+        "params",
+        sa.Column("run_id", sa.Integer(), nullable=False),
+        sa.Column("key", sa.String(length=250), nullable=False),
+        sa.Column("value_str", sa.Text(), nullable=False),
+        sa.Column("value_num", sa.Float(), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["run_id"], ["runs.id"], name=op.f("fk_params_run_id_runs"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("run_id", "key", name=op.f("pk_params")),
     )
-    with op.batch_alter_table('params', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_params_key_value_num_run_id'), ['key', 'value_num', 'run_id'], unique=False)
-        batch_op.create_index(batch_op.f('ix_params_key_value_str_run_id'), ['key', 'value_str', 'run_id'], unique=False)
+    with op.batch_alter_table("params", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_params_key_value_num_run_id"),
+            ["key", "value_num", "run_id"],
+            unique=False,
+        )
+        batch_op.create_index(
+            batch_op.f("ix_params_key_value_str_run_id"),
+            ["key", "value_str", "run_id"],
+            unique=False,
+        )
 
-    op.create_table('tags',
-    sa.Column('run_id', sa.Integer(), nullable=False),
-    sa.Column('key', sa.String(length=250), nullable=False),
-    sa.Column('value', sa.Text(), nullable=False),
-    sa.ForeignKeyConstraint(['run_id'], ['runs.id'], name=op.f('fk_tags_run_id_runs'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('run_id', 'key', name=op.f('pk_tags'))
+    op.create_table(
+        "tags",
+        sa.Column("run_id", sa.Integer(), nullable=False),
+        sa.Column("key", sa.String(length=250), nullable=False),
+        sa.Column("value", sa.Text(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["run_id"], ["runs.id"], name=op.f("fk_tags_run_id_runs"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("run_id", "key", name=op.f("pk_tags")),
     )
-    with op.batch_alter_table('tags', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_tags_key_value_run_id'), ['key', 'value', 'run_id'], unique=False)
-
+    with op.batch_alter_table("tags", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_tags_key_value_run_id"), ["key", "value", "run_id"], unique=False
+        )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('tags', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_tags_key_value_run_id'))
+    with op.batch_alter_table("tags", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_tags_key_value_run_id"))
 
-    op.drop_table('tags')
-    with op.batch_alter_table('params', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_params_key_value_str_run_id'))
-        batch_op.drop_index(batch_op.f('ix_params_key_value_num_run_id'))
+    op.drop_table("tags")
+    with op.batch_alter_table("params", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_params_key_value_str_run_id"))
+        batch_op.drop_index(batch_op.f("ix_params_key_value_num_run_id"))
 
-    op.drop_table('params')
-    with op.batch_alter_table('metrics', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_metrics_run_id_key_step'))
+    op.drop_table("params")
+    with op.batch_alter_table("metrics", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_metrics_run_id_key_step"))
 
-    op.drop_table('metrics')
-    with op.batch_alter_table('latest_metrics', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_latest_metrics_key_value_run_id'))
+    op.drop_table("metrics")
+    with op.batch_alter_table("latest_metrics", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_latest_metrics_key_value_run_id"))
 
-    op.drop_table('latest_metrics')
-    with op.batch_alter_table('artifacts', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_artifacts_uri'))
-        batch_op.drop_index(batch_op.f('ix_artifacts_run_id_kind'))
+    op.drop_table("latest_metrics")
+    with op.batch_alter_table("artifacts", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_artifacts_uri"))
+        batch_op.drop_index(batch_op.f("ix_artifacts_run_id_kind"))
 
-    op.drop_table('artifacts')
-    op.drop_table('team_members')
-    with op.batch_alter_table('runs', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_runs_project_id_status'))
-        batch_op.drop_index(batch_op.f('ix_runs_project_id_created_at'))
+    op.drop_table("artifacts")
+    op.drop_table("team_members")
+    with op.batch_alter_table("runs", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_runs_project_id_status"))
+        batch_op.drop_index(batch_op.f("ix_runs_project_id_created_at"))
 
-    op.drop_table('runs')
-    op.drop_table('grants')
-    op.drop_table('datasets')
-    op.drop_table('projects')
-    op.drop_table('principals')
-    with op.batch_alter_table('lineage_edges', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_lineage_edges_src'))
-        batch_op.drop_index(batch_op.f('ix_lineage_edges_dst'))
+    op.drop_table("runs")
+    op.drop_table("grants")
+    op.drop_table("datasets")
+    op.drop_table("projects")
+    op.drop_table("principals")
+    with op.batch_alter_table("lineage_edges", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_lineage_edges_src"))
+        batch_op.drop_index(batch_op.f("ix_lineage_edges_dst"))
 
-    op.drop_table('lineage_edges')
-    with op.batch_alter_table('audit_log', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_audit_log_principal_at'))
+    op.drop_table("lineage_edges")
+    with op.batch_alter_table("audit_log", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_audit_log_principal_at"))
 
-    op.drop_table('audit_log')
+    op.drop_table("audit_log")

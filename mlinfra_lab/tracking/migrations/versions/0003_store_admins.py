@@ -21,7 +21,9 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("principals", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("store_admin", sa.Boolean(), nullable=False, server_default=sa.false()))
+        batch_op.add_column(
+            sa.Column("store_admin", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
     op.execute(
         sa.text(
             "UPDATE principals SET store_admin = :yes WHERE (SELECT count(*) FROM projects) > 0 AND id IN "

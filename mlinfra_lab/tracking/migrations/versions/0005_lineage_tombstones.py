@@ -31,8 +31,12 @@ def upgrade() -> None:
         sa.Column("size", sa.Integer(), nullable=False),
         sa.Column("deleted_at", sa.Float(), nullable=False),
         sa.Column("reason", sa.String(length=50), nullable=False),
-        sa.ForeignKeyConstraint(["project_id"], ["projects.id"], name=op.f("fk_tombstones_project_id_projects"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name=op.f("fk_tombstones_project_id_projects"),
+            ondelete="CASCADE",
+        ),
         sa.PrimaryKeyConstraint("artifact_id", name=op.f("pk_tombstones")),
     )
 

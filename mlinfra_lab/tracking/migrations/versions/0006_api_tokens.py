@@ -28,12 +28,18 @@ def upgrade() -> None:
         sa.Column("created_at", sa.Float(), nullable=False),
         sa.Column("created_by", sa.String(length=200), nullable=False),
         sa.Column("revoked_at", sa.Float(), nullable=True),
-        sa.ForeignKeyConstraint(["principal_id"], ["principals.id"],
-                                name=op.f("fk_api_tokens_principal_id_principals"), ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["principal_id"],
+            ["principals.id"],
+            name=op.f("fk_api_tokens_principal_id_principals"),
+            ondelete="CASCADE",
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_api_tokens")),
         sa.UniqueConstraint("digest", name=op.f("uq_api_tokens_digest")),
     )
-    op.create_index(op.f("ix_api_tokens_principal_id"), "api_tokens", ["principal_id"], unique=False)
+    op.create_index(
+        op.f("ix_api_tokens_principal_id"), "api_tokens", ["principal_id"], unique=False
+    )
 
 
 def downgrade() -> None:
