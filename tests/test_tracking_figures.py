@@ -73,3 +73,20 @@ def test_the_benchmark_figure_with_and_without_mlflow():
     assert len(alone.axes[0].patches) == 1 and len(alone.axes[1].patches) == 2
     both = experiments.plot_bench({"systems": {"mlinfra": ours, "mlflow": mlflow}})
     assert len(both.axes[0].patches) == 3 and len(both.axes[1].patches) == 4
+    served = {"log": {"points_per_s": 5e4}}
+    mlflow_server = {"log": {"points_per_s": 8e2}}
+    all_five = experiments.plot_bench(
+        {
+            "systems": {
+                "mlinfra": ours,
+                "mlflow": mlflow,
+                "served": served,
+                "mlflow_server": mlflow_server,
+            }
+        }
+    )
+    assert [t.get_text() for t in all_five.axes[0].get_xticklabels()][-2:] == [
+        "this store,\nserved",
+        "MLflow server,\nper step",
+    ]
+    assert len(all_five.axes[0].patches) == 5

@@ -193,16 +193,27 @@ def plot_retention(sim: Any, ax: Any = None, stacked: bool = True) -> Any:
 
 def plot_bench(result: dict[str, Any]) -> Any:
     """A `bench` result: logging throughput, and search latency per query, with MLflow's
-    beside ours when the result has it."""
+    beside ours when the result has it, and the served paths (ours through the tracking
+    server, MLflow's own server) when it has them."""
     import matplotlib.pyplot as plt
 
-    ours, ml = result["systems"]["mlinfra"], result["systems"].get("mlflow")
+    systems = result["systems"]
+    ours, ml = systems["mlinfra"], systems.get("mlflow")
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    names = ["this store"] + (["MLflow,\nper step", "MLflow,\nbatches of 1000"] if ml else [])
-    vals = [ours["log"]["points_per_s"]] + (
-        [ml["log"]["points_per_s"], ml["log_batched_1000"]["points_per_s"]] if ml else []
-    )
-    axes[0].bar(names, vals, color=["tab:blue", "tab:red", "salmon"][: len(vals)])
+    bars = [("this store", ours["log"]["points_per_s"], "tab:blue")]
+    if ml:
+        bars += [
+            ("MLflow,\nper step", ml["log"]["points_per_s"], "tab:red"),
+            ("MLflow,\nbatches of 1000", ml["log_batched_1000"]["points_per_s"], "salmon"),
+        ]
+    if systems.get("served"):
+        bars.append(("this store,\nserved", systems["served"]["log"]["points_per_s"], "steelblue"))
+    if systems.get("mlflow_server"):
+        bars.append(
+            ("MLflow server,\nper step", systems["mlflow_server"]["log"]["points_per_s"], "darkred")
+        )
+    axes[0].bar([b[0] for b in bars], [b[1] for b in bars], color=[b[2] for b in bars])
+    axes[0].tick_params(axis="x", labelsize=7)
     axes[0].set_yscale("log")
     axes[0].set_ylabel("metric points / s")
     axes[0].set_title("logging throughput")
