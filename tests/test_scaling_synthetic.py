@@ -70,3 +70,19 @@ def test_mystery_set_has_a_healthy_run_three_single_faults_and_one_pair_with_fau
 def test_bad_world_size_is_refused():
     with pytest.raises(ValueError, match="positive integer"):
         synthesize_run(0)
+
+
+def test_a_handed_out_run_names_no_fault_anywhere():
+    """Hostile code under test reads the answer off the run object instead of its timings:
+    a mystery's (and any run put through hide_faults) source, config and environment must
+    not name a fault or the seed that would let one search for it."""
+    from mlinfra_lab.scaling import hide_faults
+
+    measured = hide_faults(load_run(example_path("cpu-w4-straggler.json")))
+    for seed in (1, 2, 3):
+        for m in [*mystery_set(seed), type(mystery_set(1)[0])("x", measured, ("straggler",))]:
+            run = m.run
+            text = run.source + json.dumps(run.data["config"]) + json.dumps(run.data["environment"])
+            assert run.faults == [] and "seed" not in run.data["environment"], (seed, m.name)
+            for kind in FAULT_CAUSE:
+                assert kind not in text, (seed, m.name, kind, text[:200])

@@ -68,7 +68,7 @@ from mlinfra_lab.scaling.nvml import (
     sample_counters,
 )
 from mlinfra_lab.scaling.results import PHASES, ResultFileError, RunResult, load_run, save_run
-from mlinfra_lab.scaling.synthetic import Mystery, mystery_set, synthesize_run
+from mlinfra_lab.scaling.synthetic import Mystery, hide_faults, mystery_set, synthesize_run
 from mlinfra_lab.scaling.trace import OpRow, format_op_table, op_table, summarise_trace
 
 __all__ = [
@@ -105,6 +105,7 @@ __all__ = [
     "fit_alpha_beta",
     "format_op_table",
     "load_run",
+    "hide_faults",
     "mystery_set",
     "loader_bench",
     "op_table",

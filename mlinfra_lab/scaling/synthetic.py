@@ -21,8 +21,10 @@ Design decisions:
   of a shared source): the same arguments give the same run.
 - A mystery set is drawn from one seed: a healthy run, three runs with one fault each (three
   different kinds), and one run with two faults at once, at 4 or 8 ranks, with the straggler
-  on any rank and every magnitude drawn. The pair never includes ``no_overlap``: "
-  communication" is the exposed all-reduce that nothing else explains, so it is named alone.
+  on any rank and every magnitude drawn. The pair never includes ``no_overlap``:
+  "communication" is the exposed all-reduce that nothing else explains, so it is named alone.
+- A mystery's run goes out through `hide_faults`: nothing in it (config, source, seed) names
+  the answer, so code under test can only find the faults in the timings.
 
 Caveat: a model, not a measurement: no scheduler noise beyond the drawn 2%, no warm-up, and
 the loader probe is the shared source's arithmetic. Chapter 2 uses the measured files; this
@@ -184,10 +186,13 @@ def _draw_fault(kind: str, world_size: int, rng: np.random.Generator) -> str:
 
 
 def hide_faults(run: RunResult) -> RunResult:
-    """`run` with its faults removed from the config, as the lab hands it out."""
+    """`run` with every trace of its faults removed, as the lab hands it to code under test:
+    the config's fault list, the source (a synthetic run's names its faults, a measured one's
+    file name does) and the synthesis seed (with it, the faults could be searched for)."""
     data = dict(run.data)
     data["config"] = dict(data["config"], faults=[], note="faults hidden for the lab")
-    return replace(run, data=data)
+    data["environment"] = {k: v for k, v in data.get("environment", {}).items() if k != "seed"}
+    return replace(run, data=data, source="<faults hidden>")
 
 
 def mystery_set(seed: int) -> list[Mystery]:
