@@ -24,6 +24,7 @@ import argparse
 import datetime as _dt
 import json
 import statistics
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -43,26 +44,6 @@ def _tile(config: Any) -> dict[str, int]:
     }
 
 
-def _timer(
-    kernel: str,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    do: torch.Tensor,
-    causal: bool,
-    rep_ms: int,
-) -> Any:
-    from mlinfra_lab.attention.bench import BenchConfig
-    from mlinfra_lab.attention.flash import flash_attention
-    from mlinfra_lab.attention.providers import time_ms
-
-    cfg = BenchConfig(warmup_ms=rep_ms // 4, rep_ms=rep_ms)
-    if kernel == "fwd":
-        return lambda: time_ms(lambda: flash_attention(q, k, v, causal=causal), cfg)
-    out = flash_attention(q, k, v, causal=causal)
-    return lambda: time_ms(lambda: out.backward(do, retain_graph=True), cfg, [q, k, v])
-
-
 def _shape_entries(
     gpu: str,
     dtype: torch.dtype,
@@ -75,7 +56,10 @@ def _shape_entries(
     rep_ms: int,
 ) -> list[dict[str, Any]]:
     from mlinfra_lab.attention._flash_kernels import configs
+    from mlinfra_lab.attention.bench import BenchConfig
+    from mlinfra_lab.attention.flash import flash_attention
     from mlinfra_lab.attention.pinning import force
+    from mlinfra_lab.attention.providers import time_ms
 
     device = runtime.device()
     g = torch.Generator(device=device).manual_seed(n + d)
@@ -84,6 +68,12 @@ def _shape_entries(
         for _ in range(3)
     )
     do = torch.randn(b, h, n, d, device=device, dtype=dtype, generator=g)
+    cfg = BenchConfig(warmup_ms=rep_ms // 4, rep_ms=rep_ms)
+    out = flash_attention(q, k, v, causal=causal)  # one graph: every backward candidate replays it
+    timed = {
+        "fwd": lambda: time_ms(lambda: flash_attention(q, k, v, causal=causal), cfg),
+        "bwd": lambda: time_ms(lambda: out.backward(do, retain_graph=True), cfg, [q, k, v]),
+    }
     fwd, dkdv, dq = configs()
     entries = []
     for kernel, candidates, other in (
@@ -93,13 +83,10 @@ def _shape_entries(
     ):
         times: dict[str, list[float]] = {str(_tile(c)): [] for c in candidates}
         for _ in range(repeats):
-            for c in candidates:
-                with force(kernel, _tile(c)):
-                    if other is None:
-                        times[str(_tile(c))].append(_timer(kernel, q, k, v, do, causal, rep_ms)())
-                        continue
-                    with force(other[0], _tile(other[1])):
-                        times[str(_tile(c))].append(_timer(kernel, q, k, v, do, causal, rep_ms)())
+            for c in candidates:  # the other backward kernel pinned to its list's first tile
+                pin_other = force(other[0], _tile(other[1])) if other else nullcontext()
+                with force(kernel, _tile(c)), pin_other:
+                    times[str(_tile(c))].append(timed["fwd" if other is None else "bwd"]())
         medians = sorted((statistics.median(t), key) for key, t in times.items())
         best = next(_tile(c) for c in candidates if str(_tile(c)) == medians[0][1])
         entries.append(
