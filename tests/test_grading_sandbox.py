@@ -344,3 +344,21 @@ def test_the_kernel_gets_the_graders_pythonpath_but_not_the_checkout(tmp_path, m
     mounted = _python_paths()
     assert str(site.resolve()) in mounted and str(root / "mlinfra_lab") in mounted
     assert str(root) not in mounted
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "rlimit"])
+def test_the_throwaway_user_has_a_name_and_a_private_temp_folder(tmp_path, kind):
+    """The sandbox's uid is in no passwd file; torch.compile's caches (and anything else
+    calling `getpass.getuser`) must still work, and temporary files stay in the sandbox."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import getpass, os, tempfile\n"
+            "assert getpass.getuser() == 'student', getpass.getuser()\n"
+            "assert tempfile.gettempdir() == os.getcwd(), (tempfile.gettempdir(), os.getcwd())"
+        )
+    ]
+    nb.cells[0].id = "who"
+    path = _write(nb, tmp_path / "nb" / "who.ipynb")
+    outcomes = run_notebooks([path], ExecutionConfig(cell_timeout=20, sandbox=kind))
+    assert outcomes[path.resolve()]["who"].passed, outcomes[path.resolve()]["who"].message

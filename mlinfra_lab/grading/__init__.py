@@ -1,4 +1,4 @@
-"""Lab grading: release student notebooks, grade submissions with nbval, validate graders.
+"""Lab grading: release student notebooks, grade submissions, validate graders.
 
 The workflow of an instructor, one module per step:
 
@@ -13,8 +13,16 @@ The workflow of an instructor, one module per step:
   own implementation of the answer.
 - `reference`: `using_reference`, a later exercise graded with the earlier ones' references.
 - `secret`: `grading_rng` / `grading_seed`, hidden-test inputs drawn from the grading secret.
-- `execute`: run notebooks under ``pytest --nbval-lax`` and read each cell's outcome.
-- `grade`: score each grader cell; `gradebook`: write the CSV and JSON.
+- `execute`: run notebooks, each in a fresh `sandbox` (bubblewrap, or a separate user and
+  resource limits) under `budgets`; `kernel_runner` drives one kernel over jupyter's
+  protocol and scores each cell from its ``execute_reply`` (`kernel_client`), after
+  `kernel_reset` has put IPython's machinery back.
+- `judge`: each grader's checks again, in a second kernel that never runs the student's
+  code, on the values their functions returned: `judge_record` writes them down in the
+  student's kernel, `judge_wire` carries them as plain values, `judge_replay` hands them to
+  the grader there, `judge_names` says which names a grader takes from the student.
+- `grade`: score each grader cell; `gradebook`: write the CSV and JSON; `manifest`: the
+  gradebook's hashes and seal (``grade --verify``); `merge`: join chunked runs (``--merge``).
 - `manual`: written answers (markdown cells tagged ``manual``) that grading lists for the
   instructor; `manual_scores`: merge the instructor's points back (``grade --manual``).
 - `validate`: prove every grader passes on the source and fails on the release and on
@@ -29,9 +37,11 @@ from .errors import (
     ExecutionError,
     ForbiddenCallError,
     GradingError,
+    JudgeError,
     MarkerError,
     SourceLabError,
     SubmissionError,
+    WireError,
 )
 from .execute import CellOutcome, ExecutionConfig, run_notebooks
 from .forbid import forbid_calls, forbidden_codes, guard_source
@@ -70,6 +80,7 @@ __all__ = [
     "GradeResult",
     "GraderCell",
     "GradingError",
+    "JudgeError",
     "ManifestError",
     "ManualCell",
     "ManualScoreError",
@@ -84,6 +95,7 @@ __all__ = [
     "ValidationProblem",
     "Verification",
     "ValidationReport",
+    "WireError",
     "WrongAnswer",
     "csv_safe",
     "forbid_calls",

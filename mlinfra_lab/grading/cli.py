@@ -56,6 +56,16 @@ What is graded:
   builtins are put back as they were before the notebook ran. A crashing or hanging cell
   (see --timeout) scores what passed; the rest of the batch is still graded.
 
+The judge (on unless --no-judge): the student's kernel is the student's interpreter, where
+  a function can patch numpy while it runs or return an object whose comparisons always
+  agree. So each grader runs a second time, in a kernel of its own that never runs a line
+  of the submission: the values the student's functions returned to the grader in the
+  first kernel (numbers, strings, containers, arrays, tensors, and the course's own
+  dataclasses; nothing else crosses) are replayed to the same grader code there. A
+  grader scores only if it passes in both kernels; a failure only the judge saw reads
+  "judged outside your kernel: ...". It costs a second kernel per notebook and a second
+  run of each grader's own code.
+
 The sandbox (--sandbox; each notebook gets its own, and nothing of it survives):
   bwrap (bubblewrap, apt-get install bubblewrap; what 'auto' picks where it works): the
   kernel sees the operating system, this Python and the mlinfra_lab package read-only,
@@ -122,7 +132,9 @@ def _execution_config(args: argparse.Namespace, default_secret: str) -> Executio
         raise CommandError("--jobs must be at least 1")
     if args.secret is not None and not args.secret:
         raise CommandError("--secret must not be empty")
-    config = ExecutionConfig(cell_timeout=args.timeout, jobs=args.jobs, sandbox=args.sandbox)
+    config = ExecutionConfig(
+        cell_timeout=args.timeout, jobs=args.jobs, sandbox=args.sandbox, judge=args.judge
+    )
     return config.with_secret(args.secret or default_secret)
 
 
@@ -403,6 +415,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="notebooks run side by side (default: 1; more helps only with spare cores)",
     )
     grade.add_argument(
+        "--no-judge",
+        dest="judge",
+        action="store_false",
+        help="run each grader in the student's kernel only, not again in a judge "
+        "kernel (faster, and foolable by a notebook that patches its own interpreter)",
+    )
+    grade.add_argument(
         "--sandbox",
         choices=SANDBOX_KINDS,
         default="auto",
@@ -472,6 +491,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     validate.add_argument(
         "--jobs", type=int, default=1, metavar="N", help="notebooks run side by side (default: 1)"
+    )
+    validate.add_argument(
+        "--no-judge",
+        dest="judge",
+        action="store_false",
+        help="run each grader in the student's kernel only, not again in a judge "
+        "kernel (faster, and foolable by a notebook that patches its own interpreter)",
     )
     validate.add_argument(
         "--sandbox",

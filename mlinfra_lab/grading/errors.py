@@ -20,9 +20,11 @@ __all__ = [
     "ExecutionError",
     "ForbiddenCallError",
     "GradingError",
+    "JudgeError",
     "MarkerError",
     "SourceLabError",
     "SubmissionError",
+    "WireError",
 ]
 
 
@@ -52,3 +54,11 @@ class ForbiddenCallError(GradingError):
 
 class CallGuardError(GradingError):
     """The guard of a ``forbid`` grader could not be installed or was removed while it ran."""
+
+
+class JudgeError(GradingError):
+    """The judge could not check a grader with what the student's kernel reported (see `judge`)."""
+
+
+class WireError(JudgeError):
+    """A judge record is malformed or holds a value the judge does not accept (see `judge_wire`)."""

@@ -21,6 +21,9 @@ Design decisions:
 - The grading secret (see `secret`) reaches the kernels as one more ``env`` entry
   (`ExecutionConfig.with_secret`); `ExecutionConfig.record`, what a gradebook saves, leaves
   its value out and keeps only whether it was the default.
+- The judge (see `judge`): with ``judge_texts`` and ``config.judge`` (the default), every
+  grader is checked again in a second kernel on the values the student's functions
+  returned; a grader passes only where both kernels pass it.
 - Budgets (see `budgets`): memory as an address-space limit on each sandbox, per-notebook
   wall time checked between cells, output counted per cell and never kept.
 """
@@ -31,7 +34,7 @@ import os
 import queue
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -59,6 +62,7 @@ class ExecutionConfig:
     output_cap: int | None = DEFAULT_OUTPUT_CAP  # bytes of output kept per cell
     max_bytes: int | None = DEFAULT_MAX_BYTES  # a larger submission file is not graded
     max_cells: int | None = DEFAULT_MAX_CELLS  # a notebook with more cells is not graded
+    judge: bool = True  # check graders again outside the student's kernel (see `judge`)
 
     def with_secret(self, secret: str) -> ExecutionConfig:
         """This config with the grading secret set in the kernels' environment."""
@@ -82,12 +86,15 @@ def run_notebooks(
     on_cell: Callable[[Path, CellOutcome], None] | None = None,
     progress: str | None = None,
     sandbox: Sandbox | None = None,
+    judge_texts: Mapping[Path, Mapping[str, str]] | None = None,
 ) -> dict[Path, dict[str, CellOutcome]]:
     """Run every notebook of `paths`, each in its own sandboxed kernel; outcomes keyed by
     resolved path, then cell id.
 
     `on_cell` is called as each cell finishes; `progress`, when given, is the description of
-    a tqdm bar counting cells; `sandbox` defaults to ``make_sandbox(config.sandbox)``.
+    a tqdm bar counting cells; `sandbox` defaults to ``make_sandbox(config.sandbox)``;
+    `judge_texts` (notebook -> grader cell id -> judge text) has the graders judged outside
+    the student's kernel too (see `judge`), unless ``config.judge`` is off.
     """
     config = config or ExecutionConfig()
     paths = [Path(p).resolve() for p in paths]
@@ -95,6 +102,7 @@ def run_notebooks(
     if not paths:
         return results
     sandbox = sandbox or make_sandbox(config.sandbox)
+    judges = {Path(p).resolve(): texts for p, texts in (judge_texts or {}).items()}
     bar, lock = None, threading.Lock()
     if progress:
         from tqdm.auto import tqdm
@@ -132,6 +140,7 @@ def run_notebooks(
                     slot,
                     tmp / f"w{k:04d}",
                     on_cell=lambda outcome, path=path: cell_done(path, outcome),
+                    judge_texts=judges.get(path) if config.judge else None,
                 )
             except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
                 failures.append(err)

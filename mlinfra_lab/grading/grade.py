@@ -223,6 +223,10 @@ def grade_submissions(
             prepared,
             config,
             sandbox=sandbox,
+            judge_texts={
+                path: {g.cell_id: g.judge_source for g in labs[sub.lab].graders}
+                for path, sub in zip(prepared, graded, strict=True)
+            },
             progress=(f"grading {len(prepared)} notebooks" if progress and prepared else None),
         )
     results = []

@@ -28,6 +28,15 @@ Design decisions:
   non-editable, and every later grader re-runs its text first (so a student cell that
   redefines the helper further down changes nothing; its line magics are not re-run). It
   holds no markers, no cell magic, and is never a grader too.
+- A read-only cell with ``"launcher": true`` in its metadata runs the student's code in a way
+  the judge cannot (a Triton launch, say; see `judge`): its text is re-run before later
+  graders in the student's kernel only, and the functions it defines are judged by their
+  results, like the student's own. Every other read-only text is re-run in both kernels.
+- The text a grader runs in the student's kernel calls `judge_record.arm` (`ARM_LINE`)
+  between the read-only texts and the grader's own: the student's functions are recorded
+  from there on, with the read-only helpers already rebound. The judge runs, before its
+  read-only texts, the top-level imports of the other code cells above (solutions left
+  out): the instructor's imports, not whatever the student bound to ``np``.
 - The checksum is SHA-256 of the full source text of a grader (hidden tests included): the
   release stores it, so the grader can tell a submission made from an older release.
 
@@ -44,8 +53,10 @@ from typing import Any
 
 from .errors import MarkerError
 from .forbid import PACKAGE_PREFIX, guard_source
+from .judge_names import imports_read, top_level_imports
 
 __all__ = [
+    "ARM_LINE",
     "GRADER_TAG",
     "HIDDEN_BEGIN",
     "READONLY_TAG",
@@ -58,6 +69,7 @@ __all__ = [
     "has_markers",
     "has_tag",
     "is_grader",
+    "is_launcher",
     "is_readonly",
     "points_and_exercise",
     "require_unique_id",
@@ -73,6 +85,8 @@ HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
 HIDDEN_END = "### END HIDDEN TESTS"
 GRADER_TAG = "grader"
 READONLY_TAG = "readonly"
+LAUNCHER_KEY = "launcher"
+ARM_LINE = "__import__('mlinfra_lab.grading.judge_record', fromlist=['arm']).arm()"
 _ALL_MARKERS = (SOLUTION_BEGIN, SOLUTION_END, HIDDEN_BEGIN, HIDDEN_END)
 
 
@@ -87,6 +101,8 @@ class GraderCell:
     source: str  # full instructor text, hidden tests included
     forbid: tuple[str, ...] = ()  # course functions the code under test must not call
     preamble: tuple[str, ...] = ()  # texts of the readonly cells above it, re-run first
+    launchers: tuple[bool, ...] = ()  # per preamble text: a launcher (student's kernel only)
+    imports: tuple[str, ...] = ()  # top-level imports of the setup cells above (judge only)
 
     @property
     def visible(self) -> str:
@@ -106,7 +122,23 @@ class GraderCell:
         """The text grading runs: the readonly cells above it, then the source, all inside
         the `forbid` guard when it has a list (a student cell that redefines a readonly
         helper between the two is undone right before the grader uses it)."""
-        text = "\n\n".join((*self.preamble, self.source))
+        return self._guarded((*self.preamble, ARM_LINE, self.source))
+
+    @property
+    def judge_source(self) -> str:
+        """The text the judge runs (see `judge`): the imports of the instructor's setup cells
+        above that bind a name the rest reads, the read-only texts that are not launchers,
+        then the source. No `forbid` guard: no student code runs there to call the course's
+        functions (a replayed call returns what the student's kernel, guarded, recorded)."""
+        launchers = self.launchers or (False,) * len(self.preamble)
+        kept = [
+            text for text, launcher in zip(self.preamble, launchers, strict=True) if not launcher
+        ]
+        imports = "\n".join(imports_read(list(self.imports), "\n\n".join((*kept, self.source))))
+        return "\n\n".join((imports, *kept, self.source) if imports else (*kept, self.source))
+
+    def _guarded(self, parts: tuple[str, ...]) -> str:
+        text = "\n\n".join(parts)
         if not self.forbid:
             return text
         return guard_source(text, self.forbid, self.exercise)
@@ -200,6 +232,16 @@ def is_grader(cell: Any) -> bool:
     return cell.get("cell_type") == "code" and has_tag(cell, GRADER_TAG)
 
 
+def is_launcher(cell: Any, where: str = "readonly cell") -> bool:
+    """True for a ``readonly`` cell whose metadata says ``"launcher": true`` (see docstring)."""
+    flag = cell.get("metadata", {}).get(LAUNCHER_KEY, False)
+    if not isinstance(flag, bool):
+        raise MarkerError(f"{where}: metadata '{LAUNCHER_KEY}' must be true or false, got {flag!r}")
+    if flag and not is_readonly(cell):
+        raise MarkerError(f"{where}: only a 'readonly' cell can be a '{LAUNCHER_KEY}'")
+    return flag
+
+
 def is_readonly(cell: Any) -> bool:
     """True for a code cell tagged ``readonly``."""
     return cell.get("cell_type") == "code" and has_tag(cell, READONLY_TAG)
@@ -256,7 +298,14 @@ def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
     found: list[GraderCell] = []
     seen: set[str] = set()
     preamble: list[str] = []  # readonly cells met so far, re-run before each later grader
+    launchers: list[bool] = []
+    imports: list[str] = []  # of the other code cells above, solutions left out
     for index, cell in enumerate(nb.cells):
+        if cell.get("cell_type") == "code" and not is_readonly(cell) and not is_grader(cell):
+            text = cell.get("source", "")
+            if has_markers(text):
+                text = replace_solutions(text, "?", f"{lab}: cell {cell.get('id')}")
+            imports.extend(i for i in top_level_imports(text) if i not in imports)
         if is_readonly(cell) and not is_grader(cell):  # line magics (%matplotlib) stay behind
             preamble.append(
                 "\n".join(
@@ -265,6 +314,7 @@ def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
                     if not line.lstrip().startswith(("%", "!"))
                 )
             )
+            launchers.append(is_launcher(cell, f"{lab}: readonly cell {cell.get('id')}"))
         if not is_grader(cell):
             continue
         cell_id = cell.get("id")
@@ -296,7 +346,19 @@ def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
                 f"{where} is tagged both 'grader' and '{READONLY_TAG}'; a grader "
                 "is already restored at grading: remove the readonly tag"
             )
-        found.append(GraderCell(cell_id, exercise, points, index, text, forbid, tuple(preamble)))
+        found.append(
+            GraderCell(
+                cell_id,
+                exercise,
+                points,
+                index,
+                text,
+                forbid,
+                tuple(preamble),
+                tuple(launchers),
+                tuple(imports),
+            )
+        )
     return found
 
 

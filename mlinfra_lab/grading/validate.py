@@ -198,6 +198,12 @@ def validate_labs(
         outcomes = run_notebooks(
             list(runs.values()),
             config,
+            judge_texts={
+                path: {g.cell_id: g.judge_source for g in lab.graders}
+                for (name, _), path in runs.items()
+                for lab, _ in runnable
+                if lab.name == name
+            },
             progress=(
                 f"validating {len(runnable)} labs ({len(runs)} notebooks)"
                 if progress and runs

@@ -138,14 +138,20 @@ def populate_demo(
     seed: int = 0,
     now: float | None = None,
 ) -> list[int]:
-    """Fill `project` with `runs` runs spread over 90 days (params, a team tag, metric curves)."""
+    """Fill `project` with `runs` runs spread over 90 days (params, a team tag, metric curves).
+
+    Everything is drawn from `seed`, run names included (from a generator of their own, so
+    the values are those of earlier versions): two stores filled alike hold the same runs.
+    """
     rng = random.Random(seed)
+    names = random.Random(f"{seed}:names")
     now = time.time() if now is None else now
     ids = []
     for _ in range(runs):
         lr = rng.choice([1e-4, 3e-4, 1e-3, 3e-3, 1e-2])
         run = store.start_run(
             project,
+            name=f"run-{names.getrandbits(32):08x}",
             params={
                 "lr": lr,
                 "optimizer": rng.choice(["adam", "adamw", "sgd"]),

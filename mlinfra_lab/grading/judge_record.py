@@ -1,0 +1,155 @@
+"""Inside the student's kernel: record what a grader's calls of the student's code returned.
+
+Contract, one grader cell at a time: the grading runner calls ``prepare(names, path)``
+(through the reply's ``user_expressions``) before the cell; the cell's own text calls
+``arm()`` right after its read-only preamble (`markers.ARM_LINE`), which replaces every one
+of `names` that holds a function in the notebook's namespace with a *recorder* and notes
+the value of the others; ``disarm()`` (after the cell) puts the functions back and writes
+`path`: a `judge_wire` record with, per name, what it was (a function, a value, missing; a
+module travels as an opaque value), and, in call order, each call the grader's code made:
+the number of positional arguments, the keyword names, the calls the student's code made
+back into the grader's functions it was given (the *events*), and the value it returned or
+the exception it raised.
+All three return `TOKEN`. Without ``prepare``, ``arm`` does nothing: a notebook run outside
+grading is unchanged.
+
+Design decisions:
+- Only the grader's calls are recorded, not the student's own calls between their functions
+  (``log_softmax`` calling ``logsumexp``): the judge replays what the grader called.
+- A function argument of the grader's (a callback such as ``find_culprit``'s pipeline) is
+  wrapped so that each call the student's code makes of it is an event with its arguments:
+  the judge makes the same calls of its own copy, so a grader that counts them counts
+  there too. A grader function a callback calls is recorded again (nested in order).
+- Results are encoded when they are returned (a later mutation does not change them).
+- Nothing here is trusted: it runs in the student's interpreter, which can rewrite it. A
+  forged record is at most a set of values the student's functions could have returned;
+  the judge (see `judge_replay`) decides what they are worth.
+- Standard library, `judge_wire` and `errors` only: cheap to import in every kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from pathlib import Path
+from typing import Any
+
+from .judge_wire import Encoder, dump
+
+__all__ = ["TOKEN", "arm", "disarm", "prepare"]
+
+TOKEN = "mlinfra-judge-record-ok"
+_MARK = "__mlinfra_recorder__"
+_state: dict[str, Any] = {}
+
+
+def _reset() -> None:
+    _state.clear()
+    _state.update(
+        names=(), path=None, armed={}, manifest={}, calls=[], inside=False, encoder=Encoder()
+    )
+
+
+_reset()
+
+
+def prepare(names: list[str], path: str) -> str:
+    """Record `names` for the next grader cell; its record goes to `path` (see the docstring)."""
+    _reset()
+    _state["names"], _state["path"] = tuple(names), str(path)
+    return TOKEN
+
+
+def _namespace() -> dict[str, Any]:
+    from IPython import get_ipython
+
+    return get_ipython().user_ns
+
+
+def arm() -> None:
+    """Wrap the prepared functions in the namespace; note the prepared values."""
+    if _state["path"] is None or _state["armed"]:
+        return
+    ns, encoder, manifest = _namespace(), _state["encoder"], _state["manifest"]
+    for name in _state["names"]:
+        if name not in ns:
+            manifest[name] = {"kind": "missing"}
+            continue
+        value = ns[name]
+        if isinstance(value, types.ModuleType):
+            manifest[name] = {"kind": "value", "value": {"~": "opaque", "type": "module"}}
+        elif isinstance(value, type):
+            manifest[name] = {"kind": "value", "value": {"~": "opaque", "type": "a class"}}
+        elif callable(value):
+            manifest[name] = {"kind": "call"}
+            _state["armed"][name] = value
+            ns[name] = _recorder(name, value)
+        else:
+            manifest[name] = {"kind": "value", "value": encoder.value(value)}
+
+
+def disarm() -> str:
+    """Put the student's functions back and write the record (see the module docstring)."""
+    path, ns = _state["path"], _namespace()
+    for name, original in _state["armed"].items():
+        if getattr(ns.get(name), _MARK, None) is original:
+            ns[name] = original
+    if path is not None:
+        header = {"names": _state["manifest"], "calls": _state["calls"]}
+        Path(path).write_bytes(dump(header, _state["encoder"].buffers))
+    _reset()
+    return TOKEN
+
+
+def _recorder(name: str, fn: Any) -> Any:
+    """`fn`, recording each call the grader's code makes of it."""
+
+    @functools.wraps(fn)
+    def record(*args: Any, **kwargs: Any) -> Any:
+        if _state["inside"] or _state["path"] is None:
+            return fn(*args, **kwargs)  # the student's own call, or after the cell
+        call: dict[str, Any] = {
+            "name": name,
+            "nargs": len(args),
+            "kwargs": sorted(kwargs),
+            "events": [],
+        }
+        _state["calls"].append(call)
+        args = tuple(_spy(a, i, call) for i, a in enumerate(args))
+        kwargs = {k: _spy(v, k, call) for k, v in kwargs.items()}
+        _state["inside"] = True
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as err:
+            call["raised"] = _state["encoder"].exception(err)
+            raise
+        finally:
+            _state["inside"] = False
+        call["result"] = _state["encoder"].value(result)
+        return result
+
+    setattr(record, _MARK, fn)
+    return record
+
+
+def _spy(value: Any, key: int | str, call: dict[str, Any]) -> Any:
+    """A grader's function argument, recording each call the student's code makes of it."""
+    kinds = (types.FunctionType, types.MethodType, functools.partial)
+    if not isinstance(value, kinds) or hasattr(value, _MARK):
+        return value
+
+    @functools.wraps(value)
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        if not _state["inside"]:
+            return value(*args, **kwargs)
+        encoder = _state["encoder"]
+        call["events"].append(
+            {"arg": key, "args": encoder.value(args), "kwargs": encoder.value(kwargs)}
+        )
+        _state["inside"] = False
+        try:
+            return value(*args, **kwargs)
+        finally:
+            _state["inside"] = True
+
+    return spy
