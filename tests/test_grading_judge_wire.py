@@ -14,6 +14,7 @@ import json
 import math
 import os
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -348,3 +349,41 @@ def test_record_then_replay_hands_the_judge_values_and_never_a_module(tmp_path, 
     assert seen == replayed == [1, 2]  # the callback was called again, in the judge
     with pytest.raises(JudgeError, match="more times"):
         judge["double"]([1.0])
+
+
+def _lab_with_a_tolerance(readonly: bool):
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from mlinfra_lab.grading.submissions import SourceLab
+
+    setup = new_code_cell(
+        "import numpy as np\nTOL = 1e-3\ndef close(a, b):\n    return abs(a - b) < TOL"
+    )
+    if readonly:
+        setup.metadata["tags"] = ["readonly"]
+    nb = new_notebook(
+        cells=[
+            setup,
+            new_code_cell(
+                "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"
+            ),
+            new_code_cell(
+                "assert close(double(1.0), 2.0) and TOL < 1",
+                metadata={"tags": ["grader"], "points": 1, "exercise": "double"},
+            ),
+        ]
+    )
+    for index, cell in enumerate(nb.cells):
+        cell.id = f"c{index}"
+    return SourceLab("tol", Path("tol.ipynb"), nb, tuple(grader_cells(nb, "tol")))
+
+
+def test_validate_refuses_a_grader_that_would_take_the_lab_s_own_constant_from_the_student():
+    """A submission sets ``TOL = 1e9`` (or redefines ``close``) in its own kernel: the judge
+    would replay that. Validation says so before any kernel runs; a read-only set-up is fine."""
+    from mlinfra_lab.grading.validate import _names_the_student_controls
+
+    problems = _names_the_student_controls(_lab_with_a_tolerance(readonly=False))
+    assert sorted(p.problem.split("'")[1] for p in problems) == ["TOL", "close"]
+    assert all("tag that cell 'readonly'" in p.problem and p.cell_id == "c2" for p in problems)
+    assert _names_the_student_controls(_lab_with_a_tolerance(readonly=True)) == []

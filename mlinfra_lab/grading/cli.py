@@ -478,8 +478,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "must pass on the source (inside its 'forbid' guard) and fail on the release, and "
         "each wrong answer must fail at least one grader of its exercise. Exits 1 naming "
         "the lab, exercise and cell of every grader that fails on the source or cannot "
-        "fail, every wrong answer the graders miss, and every exercise without a wrong "
-        "answer. Labs without grader cells only get a warning.",
+        "fail, every wrong answer the graders miss, every exercise without a wrong "
+        "answer, and every grader whose judge would take from the student's kernel a name "
+        "that a cell of yours binds outside a solution and outside a read-only cell (a "
+        "tolerance a submission could change). Labs without grader cells only get a warning.",
     )
     validate.add_argument("labs", metavar="LABS_DIR", help="a folder of labs, or one lab")
     validate.add_argument(

@@ -22,6 +22,10 @@ Design decisions:
   solutions under another secret; the default is `secret.DEFAULT_SECRET`).
 - A lab without grader cells is a warning, not an error (placeholder labs), and so is a lab
   without hidden tests (the course asks each lab to have some).
+- A grader whose judge (see `judge`) would take a name the instructor's own cell binds
+  outside a solution and outside a read-only cell (a tolerance, a helper) is an error:
+  the judge replays what the student's kernel holds under that name, which a submission
+  can change. Found from the text alone, before anything runs.
 - Malformed markers (an unclosed span, a grader without points, a wrong answer that is not
   a raw cell, a ``forbid`` name that does not resolve) are errors of that lab; the other
   labs are still validated.
@@ -39,6 +43,8 @@ from typing import Any
 
 from .errors import GradingError
 from .execute import CellOutcome, ExecutionConfig, run_notebooks
+from .judge_names import JudgeNames, scan
+from .markers import has_markers, is_grader, is_readonly
 from .release import lab_notebooks, release_node
 from .restore import restore_graders
 from .submissions import SourceLab, read_source_lab
@@ -99,6 +105,43 @@ def _missing_wrong_answers(lab: SourceLab) -> list[ValidationProblem]:
         for exercise in exercises
         if exercise not in covered
     ]
+
+
+def _names_the_student_controls(lab: SourceLab) -> list[ValidationProblem]:
+    """Graders whose judge takes from the student's kernel a name that an instructor cell
+    (no solution span, not read-only) binds: the judge would replay the student's value of
+    the lab's own constant or helper, which a submission can change (see `judge`)."""
+    problems: list[ValidationProblem] = []
+    graders = {g.cell_id: g for g in lab.graders}
+    names, bound_by, reported = JudgeNames(), {}, set()
+    for cell in lab.notebook.cells:
+        if cell.get("cell_type") != "code" or is_readonly(cell):
+            continue
+        text = cell.get("source", "")
+        grader = graders.get(cell.get("id")) if is_grader(cell) else None
+        if grader is not None:
+            for name in names.take(grader.judge_source):
+                if name in bound_by and name not in reported:
+                    reported.add(name)
+                    problems.append(
+                        ValidationProblem(
+                            lab.name,
+                            grader.exercise,
+                            grader.cell_id,
+                            f"the judge takes {name!r} from the student's kernel, but your cell "
+                            f"{bound_by[name]} (not a solution, not read-only) binds it, so a "
+                            "submission can change it: tag that cell 'readonly', or bind "
+                            f"{name!r} in the grader",
+                        )
+                    )
+        elif not is_grader(cell):
+            _, bound = scan(text)
+            for name in bound:
+                if has_markers(text):
+                    bound_by.pop(name, None)  # the student's own (a solution cell binds it)
+                else:
+                    bound_by[name] = str(cell.get("id"))
+    return problems
 
 
 def _check(lab: SourceLab, ran: Callable[[str], dict[str, CellOutcome]]) -> list[ValidationProblem]:
@@ -178,6 +221,7 @@ def validate_labs(
                 f"lab {lab.name}: no grader has hidden tests; add one "
                 "(### BEGIN HIDDEN TESTS ... ### END HIDDEN TESTS)"
             )
+        problems.extend(_names_the_student_controls(lab))
         runnable.append((lab, released))
     runs: dict[tuple[str, str], Path] = {}  # (lab, "source" | "release" | "wrong:ID") -> path
     with tempfile.TemporaryDirectory(prefix="mlinfra-validate-") as tmp:
