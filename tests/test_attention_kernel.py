@@ -8,6 +8,8 @@ writes fails. Sizes are tiny: the interpreter runs every program in numpy.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -158,15 +160,21 @@ V2_CASES = [
 ]
 
 
+@pytest.mark.parametrize("version", [2, 3])
 @pytest.mark.parametrize("b,h,n_q,n_k,d,causal,dtype", V2_CASES)
-def test_flash_v2_forward_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monkeypatch):
+def test_flash_tma_forwards_match_float64_reference(
+    b, h, n_q, n_k, d, causal, dtype, version, monkeypatch
+):
+    """v2 (in-kernel descriptors) and v3 (host descriptors): tails, padded head dims."""
     _poison_allocations(monkeypatch)
     g = torch.Generator().manual_seed(2000 * n_q + d)
     q, k, v = (torch.randn(b, h, n, d, generator=g).to(DEVICE, dtype) for n in (n_q, n_k, n_k))
-    ours = flash_attention(q, k, v, causal=causal, version=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the version asked for ran (no fallback to v1)
+        ours = flash_attention(q, k, v, causal=causal, version=version)
     eager = naive_attention(q, k, v, causal=causal)
     ref = naive_attention(q.double(), k.double(), v.double(), causal=causal)
-    _check("out (v2)", ours, eager, ref, dtype)
+    _check(f"out (v{version})", ours, eager, ref, dtype)
 
 
 def test_flash_version_switch(monkeypatch):
@@ -176,14 +184,23 @@ def test_flash_version_switch(monkeypatch):
     assert resolve_version() == DEFAULT_VERSION and resolve_version(1) == 1
     monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "v2")
     assert resolve_version() == 2
-    with pytest.raises(AttentionInputError, match="use 1 or 2"):
-        resolve_version(3)
+    monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "3")
+    assert resolve_version() == 3
+    with pytest.raises(AttentionInputError, match="use 1, 2 or 3"):
+        resolve_version(4)
     # a negative scale takes the v1 path (v2 takes the max before scaling): still correct
     g = torch.Generator().manual_seed(11)
     q, k, v = (torch.randn(1, 1, 20, 16, generator=g).to(DEVICE) for _ in range(3))
     with pytest.warns(KernelVersionWarning, match="needs a scale > 0"):  # said, not silent
         out = flash_attention(q, k, v, sm_scale=-0.3, version=2)
     torch.testing.assert_close(out, naive_attention(q, k, v, sm_scale=-0.3), rtol=1e-4, atol=1e-4)
+    # rows of 20 x 2 bytes (head dim 20, float16): the copy engine needs multiples of 16 bytes, so v3 says so, runs v1
+    q, k, v = (torch.randn(1, 1, 20, 20, generator=g).to(DEVICE, torch.float16) for _ in "qkv")
+    with pytest.warns(KernelVersionWarning, match="row of 40 bytes"):
+        out = flash_attention(q, k, v, version=3)
+    torch.testing.assert_close(
+        out.float(), naive_attention(q.float(), k.float(), v.float()), rtol=2e-3, atol=2e-3
+    )
 
 
 def test_autotune_is_skipped_for_fp32_and_short_sequences(monkeypatch):

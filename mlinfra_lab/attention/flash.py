@@ -46,8 +46,15 @@ in-kernel TMA tensor descriptors and folds the scale into one FMA; it was predic
 5-12% on Hopper and measured 5-20% slower on the H200
 (``benchmarks/results/h200-attention-2026-12-02-v2.json``: a fixed cost per program, most
 likely the descriptor creation), so it stays as a documented, tested alternative. v2 needs a
-positive scale and 16-byte aligned tensors; without them v1 runs and a
-`KernelVersionWarning` says why (never a silent switch).
+positive scale and 16-byte aligned tensors and rows; without them v1 runs and a
+`KernelVersionWarning` says why (never a silent switch). v3 is v2 with the descriptors built
+once per launch on the host (`TensorDescriptor`); predicted to match v1 everywhere and gain a
+few percent at D=128, it removed v2's fixed cost (1.08-1.22x v2 at N=1k) but measured
+0.95-1.0x v1 at D=128 (one shape's timing in one run, 0.77x, did not repeat) and
+0.97-1.01x at D=64 in two runs
+(``benchmarks/results/h200-fwd-versions-2026-12-04-run*.json``; chapter 1, "Version 3"):
+TMA loads buy nothing over v1's pipelined pointer loads at these tiles, so v1 stays the
+default. v2 and v3 run under the CPU interpreter too.
 
 Caveats: causal attention needs equal query and key lengths (`_checks`). The backward
 pass recomputes ``QK^T`` and ``dO V^T`` in both backward kernels: FA2's 5 matmuls become 7,
@@ -104,12 +111,12 @@ def _precision(dtype: torch.dtype) -> str:
 
 def resolve_version(version: int | None = None) -> int:
     """The forward kernel version to use: ``version`` if given, else the environment's
-    ``MLINFRA_ATTENTION_KERNEL`` (1 or 2), else `DEFAULT_VERSION`."""
+    ``MLINFRA_ATTENTION_KERNEL`` (1, 2 or 3), else `DEFAULT_VERSION`."""
     if version is None:
         env = os.environ.get("MLINFRA_ATTENTION_KERNEL", "").strip().lstrip("v")
         version = int(env) if env else DEFAULT_VERSION
-    if version not in (1, 2):
-        raise AttentionInputError(f"kernel version {version!r} does not exist; use 1 or 2")
+    if version not in (1, 2, 3):
+        raise AttentionInputError(f"kernel version {version!r} does not exist; use 1, 2 or 3")
     return version
 
 
@@ -148,13 +155,29 @@ class KernelVersionWarning(UserWarning):
     """The requested kernel version cannot run on these inputs; the other one ran instead."""
 
 
-def _v2_unusable(sm_scale: float, tensors: tuple[torch.Tensor, ...]) -> str | None:
-    """Why the v2 forward cannot take these inputs (None when it can)."""
+def _tma_unusable(sm_scale: float, tensors: tuple[torch.Tensor, ...]) -> str | None:
+    """Why the v2/v3 forward (TMA copies, folded scale) cannot take these inputs (None
+    when it can)."""
     if sm_scale <= 0:
-        return f"scale {sm_scale:g}: v2 takes the row max before scaling, so it needs a scale > 0"
+        return f"scale {sm_scale:g}: it takes the row max before scaling, so it needs a scale > 0"
     if any(t.data_ptr() % 16 for t in tensors):
         return "a tensor's base is not 16-byte aligned, which its TMA copies need"
+    row = tensors[0].shape[-1] * tensors[0].element_size()
+    if row % 16:
+        return f"a row of {row} bytes is not a multiple of 16, which its TMA copies need"
     return None
+
+
+def _descriptors(tensors: tuple[torch.Tensor, ...], rows: int, block_d: int) -> list[Any]:
+    """v3's host-side descriptors ``[batch*heads, seq, head_dim]`` of `tensors`; their
+    block shapes are set per tile by the kernel's pre-hook."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    out = []
+    for t in tensors:
+        n, d = t.shape[-2], t.shape[-1]
+        out.append(TensorDescriptor(t, [rows, n, d], [n * d, d, 1], [1, 16, block_d]))
+    return out
 
 
 def _forward(
@@ -177,11 +200,11 @@ def _forward(
     for s, e in _batch_chunks(b, h):  # one launch unless batch x heads > MAX_GRID_ROWS
         cq, ck, cv, co, clse = q[s:e], k[s:e], v[s:e], o[s:e], lse[s * h : e * h]
         grid = lambda meta, rows=(e - s) * h: (_cdiv(n_q, meta["BLOCK_M"]), rows)  # noqa: E731
-        # v2 needs 16-byte aligned bases (the copy engine) and a positive scale (max first)
-        why_not = _v2_unusable(sm_scale, (cq, ck, cv, co)) if version == 2 else None
+        # v2/v3 need 16-byte aligned bases and rows (the copy engine), a scale > 0 (max first)
+        why_not = _tma_unusable(sm_scale, (cq, ck, cv, co)) if version in (2, 3) else None
         if why_not:
             warnings.warn(
-                f"flash_attention(version=2) cannot run here ({why_not}): ran v1",
+                f"flash_attention(version={version}) cannot run here ({why_not}): ran v1",
                 KernelVersionWarning,
                 stacklevel=4,
             )
@@ -190,6 +213,9 @@ def _forward(
 
             set_descriptor_allocator()
             _kernels()["fwd_v2"][grid](cq, ck, cv, co, clse, n_q, n_k, sm_scale * LOG2E, **common)
+        elif version == 3 and not why_not:
+            descs = _descriptors((cq, ck, cv, co), (e - s) * h, common["BLOCK_D"])
+            _kernels()["fwd_v3"][grid](*descs, clse, n_q, n_k, sm_scale * LOG2E, **common)
         else:
             _kernels()["fwd"][grid](
                 cq, ck, cv, co, clse, n_q, n_k, sm_scale * LOG2E, n_q * d, n_k * d, d, **common
@@ -302,7 +328,8 @@ def flash_attention(
     """Fused attention (Triton), differentiable; ``[B, H, N, D]`` in, ``[B, H, Nq, D]`` out.
 
     ``version`` picks the forward kernel (1: pointer loads; 2: tensor descriptors and a
-    folded scale); None means `resolve_version()`'s default. The backward is the same.
+    folded scale; 3: the same with host-built descriptors); None means `resolve_version()`'s
+    default. The backward is the same.
     The log-sum-exp stays in base 2 (no conversion kernel: the Nsight Compute run of the
     chapter found one extra launch per forward when this called `flash_attention_lse`)."""
     return _apply(q, k, v, causal, sm_scale, version)[0]

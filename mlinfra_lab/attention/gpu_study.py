@@ -257,28 +257,11 @@ def committed_study(name: str = "h200-attention-2026-12-02-v2.json") -> dict[str
 
 
 def version_rows(study: dict[str, Any], mode: str = "fwd") -> list[dict[str, Any]]:
-    """Per shape: TFLOP/s of v1, v2, SDPA flash and cuDNN, and v2 / v1 (same run)."""
-    cells: dict[tuple, dict[str, float]] = {}
-    for r in study["rows"]:
-        if r["mode"] == mode and r["tflops"]:
-            key = (r["head_dim"], r["causal"], r["seq"])
-            cells.setdefault(key, {})[r["provider"]] = r["tflops"]
-    out = []
-    for (d, causal, n), t in sorted(cells.items()):
-        v1, v2 = t.get("ours_v1"), t.get("ours_v2")
-        out.append(
-            dict(
-                head_dim=d,
-                causal=causal,
-                seq=n,
-                v1=v1,
-                v2=v2,
-                sdpa_flash=t.get("sdpa_flash"),
-                sdpa_cudnn=t.get("sdpa_cudnn"),
-                v2_over_v1=v2 / v1 if v1 and v2 else None,
-            )
-        )
-    return out
+    """Per shape: TFLOP/s of v1, v2, SDPA flash and cuDNN, and v2 / v1 (same run):
+    `versions.version_table` of the study."""
+    from mlinfra_lab.attention.versions import version_table
+
+    return version_table(study, mode)
 
 
 def plot_memory(study: dict[str, Any], ax: Any = None) -> Any:

@@ -33,7 +33,11 @@ from mlinfra_lab.attention.traffic import attention_flops
 __all__ = ["PROVIDERS", "VERSION_PROVIDERS", "TimingConfig", "measure", "time_ms"]
 
 PROVIDERS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "eager")
-VERSION_PROVIDERS = ("ours_v1", "ours_v2")  # one forward kernel version each (for A/B runs)
+VERSION_PROVIDERS = (
+    "ours_v1",
+    "ours_v2",
+    "ours_v3",
+)  # one forward kernel version each (for A/B runs)
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
@@ -77,10 +81,10 @@ def _provider_fn(name: str, n: int, causal: bool, device: str) -> Attention:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    if name in ("ours", "ours_v1", "ours_v2"):  # ours: the default forward kernel version
+    if name in ("ours", *VERSION_PROVIDERS):  # ours: the default forward kernel version
         from mlinfra_lab.attention.flash import flash_attention
 
-        version = {"ours": None, "ours_v1": 1, "ours_v2": 2}[name]
+        version = None if name == "ours" else int(name[-1])
         return lambda q, k, v, causal: flash_attention(q, k, v, causal=causal, version=version)
     if name == "eager":
         from mlinfra_lab.attention.reference import naive_attention
@@ -206,6 +210,6 @@ def _chosen_tiles(provider: str = "ours") -> dict[str, str]:
 
     version = int(provider[-1]) if provider[-1].isdigit() else resolve_version()
     k = kernels()
-    fwd = "fwd" if version == 1 else "fwd_v2"
+    fwd = "fwd" if version == 1 else f"fwd_v{version}"
     pick = {name: str(getattr(k[name], "best_config", "")) for name in (fwd, "dkdv", "dq")}
     return {"fwd": f"v{version} {pick[fwd]}", "bwd": f"dkdv: {pick['dkdv']}; dq: {pick['dq']}"}

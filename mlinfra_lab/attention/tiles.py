@@ -120,8 +120,8 @@ def check_tile_config(
     lo, hi = KERNEL_HEAD_DIM_RANGE
     if not isinstance(head_dim, int) or not lo <= head_dim <= hi:
         raise TileConfigError(f"head_dim={head_dim!r}: the kernel takes {lo} to {hi}")
-    if version not in (1, 2):
-        raise TileConfigError(f"version={version!r}: use 1 or 2")
+    if version not in (1, 2, 3):
+        raise TileConfigError(f"version={version!r}: use 1, 2 or 3")
 
 
 @lru_cache(maxsize=2)
@@ -210,7 +210,7 @@ def time_forward_tile(
         return flash_attention(q, k, v, causal=causal, version=version)
 
     try:
-        with force("fwd" if version == 1 else "fwd_v2", tile):
+        with force("fwd" if version == 1 else f"fwd_v{version}", tile):
             diff = (call().float() - ref.float()).abs().max().item()
             ms = float(do_bench(call, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
     except Exception as err:  # noqa: BLE001 (out of resources, compile errors: report them)

@@ -1,0 +1,90 @@
+"""The forward kernel's versions side by side, from benchmark runs that timed them together.
+
+Contract: ``version_table(result, mode)`` reads one result of ``mlinfra-lab bench attention
+--providers ours_v1,ours_v3,...`` (or the `gpu_study` file, same row format) and returns one
+row per shape ``(head_dim, causal, seq)``: each version's TFLOP/s as ``v1``, ``v2``, ...,
+the anchors' (``sdpa_flash``, ``sdpa_cudnn``), and ``vK_over_v1`` and ``vK_over_cudnn`` for
+every version K present. ``committed_version_runs()`` loads the committed H200 runs
+(``benchmarks/results/h200-fwd-versions-*.json``); ``plot_version_ratios(runs)`` draws each
+version over v1 against the sequence length, one line per run and shape class.
+
+Design decisions:
+- A ratio is only ever taken inside one file: both numbers were measured in the same run,
+  interleaved by the benchmark, so the GPU's clock and temperature drift cancels.
+- Rows keep the medians the benchmark wrote (``tflops``: the median of ``--repeats``
+  timings); a shape a provider could not run is left out of that provider's ratios.
+- The version comparisons live in their own files (``fwd-versions``), not under
+  ``h200-attention-*``: the chapter and the baseline check read the newest of those as *the*
+  benchmark of the default kernel.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["committed_version_runs", "plot_version_ratios", "version_table"]
+
+_VERSION = re.compile(r"^ours_v(\d+)$")
+RUNS_PATTERN = "h200-fwd-versions-*.json"
+
+
+def version_table(result: dict[str, Any], mode: str = "fwd") -> list[dict[str, Any]]:
+    """Per shape: TFLOP/s of every version and anchor in `result`, and the ratios (see the
+    module docstring), sorted by head dim, causal, length."""
+    cells: dict[tuple[int, bool, int], dict[str, float]] = {}
+    for r in result["rows"]:
+        if r["mode"] == mode and r["tflops"]:
+            key = (r["head_dim"], r["causal"], r["seq"])
+            cells.setdefault(key, {})[r["provider"]] = r["tflops"]
+    out = []
+    for (d, causal, n), t in sorted(cells.items()):
+        row: dict[str, Any] = dict(head_dim=d, causal=causal, seq=n)
+        row.update(sdpa_flash=t.get("sdpa_flash"), sdpa_cudnn=t.get("sdpa_cudnn"))
+        versions = {int(m.group(1)): v for p, v in t.items() if (m := _VERSION.match(p))}
+        for k, v in sorted(versions.items()):
+            row[f"v{k}"] = v
+            row[f"v{k}_over_v1"] = v / versions[1] if versions.get(1) else None
+            row[f"v{k}_over_cudnn"] = v / row["sdpa_cudnn"] if row["sdpa_cudnn"] else None
+        out.append(row)
+    return out
+
+
+def committed_version_runs() -> list[dict[str, Any]]:
+    """The committed version comparisons (oldest first), each with its file name under
+    ``"file"``; empty when the package runs without the repository's results."""
+    from mlinfra_lab.attention.bench import committed_results, load_result
+
+    return [{**load_result(p), "file": p.name} for p in committed_results(RUNS_PATTERN)]
+
+
+def plot_version_ratios(
+    runs: list[dict[str, Any]], version: int = 3, over: int | None = 2, ax: Any = None
+) -> Any:
+    """``v{version} / v1`` forward TFLOP/s against N (solid), and ``v{over} / v1`` (dashed)
+    where a run timed it, one colour per (head dim, causal); each run is one line."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 3.4))
+    classes = [(64, False), (64, True), (128, False), (128, True)]
+    for run_no, run in enumerate(runs):
+        rows = version_table(run)
+        for c, (d, causal) in enumerate(classes):
+            for k, style in ((version, "o-"), (over, "x--")):
+                key = f"v{k}_over_v1"
+                pts = [
+                    (r["seq"], r[key])
+                    for r in rows
+                    if k is not None and r["head_dim"] == d and r["causal"] == causal and r.get(key)
+                ]
+                if not pts:
+                    continue
+                label = f"v{k}/v1, D={d}{' causal' if causal else ''}" if run_no == 0 else None
+                ax.plot(*zip(*pts, strict=True), style, color=f"C{c}", lw=1, ms=3, label=label)
+    ax.axhline(1.0, color="gray", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length N (batch x N = 16k tokens)")
+    ax.set_ylabel("forward TFLOP/s over v1, same run")
+    ax.legend(fontsize=6, ncol=2)
+    return ax

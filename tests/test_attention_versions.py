@@ -1,0 +1,50 @@
+"""The forward versions' comparison (`attention.versions`): ratios from one run, and the
+committed H200 runs the chapter reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlinfra_lab.attention import versions
+
+
+def _row(provider, tflops, seq=1024, mode="fwd", d=128, causal=False):
+    return dict(provider=provider, tflops=tflops, seq=seq, mode=mode, head_dim=d, causal=causal)
+
+
+def test_version_table_divides_within_the_run_and_skips_what_did_not_run():
+    result = {
+        "rows": [
+            _row("ours_v1", 400.0),
+            _row("ours_v3", 380.0),
+            _row("sdpa_cudnn", 500.0),
+            _row("sdpa_flash", 320.0),
+            _row("ours_v3", None, seq=2048),  # could not run
+            _row("ours_v1", 410.0, seq=2048),
+            _row("ours_v1", 300.0, mode="bwd"),
+        ]
+    }
+    first, second = versions.version_table(result)
+    assert (first["head_dim"], first["causal"], first["seq"]) == (128, False, 1024)
+    assert first["v3_over_v1"] == pytest.approx(0.95)
+    assert first["v3_over_cudnn"] == pytest.approx(0.76)
+    assert first["v1_over_cudnn"] == pytest.approx(0.8)
+    assert "v3" not in second and second["v1"] == 410.0 and second["v1_over_cudnn"] is None
+    assert [r["v1"] for r in versions.version_table(result, "bwd")] == [300.0]
+
+
+def test_committed_runs_timed_v1_and_v3_side_by_side_with_cudnn():
+    runs = versions.committed_version_runs()
+    assert len(runs) >= 2, "the chapter's version-3 section needs the two committed runs"
+    for run in runs:
+        assert run["device"]["device_name"] == "NVIDIA H200" and run["date"]
+        rows = versions.version_table(run)
+        assert {(r["head_dim"], r["causal"]) for r in rows} == {
+            (64, False),
+            (64, True),
+            (128, False),
+            (128, True),
+        }
+        assert all(r["v3_over_v1"] and r["v3_over_cudnn"] for r in rows)
+    ax = versions.plot_version_ratios(runs)
+    assert len(ax.get_lines()) > 8  # v3 for every run and class, v2 where a run timed it
