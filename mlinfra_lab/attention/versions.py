@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["committed_version_runs", "plot_version_ratios", "version_table"]
+__all__ = ["committed_version_runs", "plot_version_ratios", "version_summary", "version_table"]
 
 _VERSION = re.compile(r"^ours_v(\d+)$")
 RUNS_PATTERN = "h200-fwd-versions-*.json"
@@ -48,6 +48,50 @@ def version_table(result: dict[str, Any], mode: str = "fwd") -> list[dict[str, A
             row[f"v{k}_over_cudnn"] = v / row["sdpa_cudnn"] if row["sdpa_cudnn"] else None
         out.append(row)
     return out
+
+
+def version_summary(runs: list[dict[str, Any]], version: int = 3) -> dict[str, Any]:
+    """The numbers chapter 1 quotes for ``v{version}`` over all `runs` (forward): its range over
+    v1 at D=64 (``d64_lo``/``d64_hi``) and at D=128 without the single lowest timing
+    (``d128_lo``/``d128_hi``), that worst shape (``worst_shape``, ``worst``, and its best
+    reading in another run, ``worst_other``), the best over v1 at D=128 and 8k tokens or more
+    (``long128_hi``), over v2 at 1k tokens where a run timed v2 (``over_v2_1k_lo``/``_hi``),
+    and over cuDNN at D=128 and 4k tokens or more (``cudnn_lo``/``cudnn_hi``)."""
+    key = f"v{version}"
+    tables = [version_table(run) for run in runs]
+    by_shape: dict[tuple[int, bool, int], list[float]] = {}  # shape -> vK/v1 in each run
+    for rows in tables:
+        for r in rows:
+            by_shape.setdefault((r["head_dim"], r["causal"], r["seq"]), []).append(
+                r[f"{key}_over_v1"]
+            )
+    d64 = [x for (d, _, _), xs in by_shape.items() if d == 64 for x in xs]
+    d128 = sorted(x for (d, _, _), xs in by_shape.items() if d == 128 for x in xs)
+    worst = min(by_shape, key=lambda s: min(by_shape[s]))
+    long128 = [x for (d, _, n), xs in by_shape.items() if d == 128 and n >= 8192 for x in xs]
+    over_v2 = [
+        r[key] / r["v2"] for rows in tables for r in rows if r.get("v2") and r["seq"] == 1024
+    ]
+    cudnn = [
+        r[f"{key}_over_cudnn"]
+        for rows in tables
+        for r in rows
+        if r["head_dim"] == 128 and r["seq"] >= 4096
+    ]
+    return dict(
+        d64_lo=min(d64),
+        d64_hi=max(d64),
+        d128_lo=d128[1],
+        d128_hi=d128[-1],
+        worst_shape=f"D={worst[0]}, {'causal' if worst[1] else 'non-causal'}, N={worst[2]}",
+        worst=min(by_shape[worst]),
+        worst_other=max(by_shape[worst]),
+        long128_hi=max(long128),
+        over_v2_1k_lo=min(over_v2),
+        over_v2_1k_hi=max(over_v2),
+        cudnn_lo=min(cudnn),
+        cudnn_hi=max(cudnn),
+    )
 
 
 def committed_version_runs() -> list[dict[str, Any]]:

@@ -219,14 +219,15 @@ def grade_submissions(
             prepared.append(path.resolve())
             notes.append(note)
             graded.append(sub)
+        texts = {  # per lab, once: the same for every submission of it
+            name: {g.cell_id: g.judge_source for g in labs[name].graders}
+            for name in {sub.lab for sub in graded}
+        }
         outcomes = run_notebooks(
             prepared,
             config,
             sandbox=sandbox,
-            judge_texts={
-                path: {g.cell_id: g.judge_source for g in labs[sub.lab].graders}
-                for path, sub in zip(prepared, graded, strict=True)
-            },
+            judge_texts={path: texts[sub.lab] for path, sub in zip(prepared, graded, strict=True)},
             progress=(f"grading {len(prepared)} notebooks" if progress and prepared else None),
         )
     results = []

@@ -239,15 +239,11 @@ def validate_labs(
                 target.parent.mkdir(parents=True)
                 nbformat.write(nb, str(target))
                 runs[lab.name, run] = target.resolve()
+        texts = {lab.name: {g.cell_id: g.judge_source for g in lab.graders} for lab, _ in runnable}
         outcomes = run_notebooks(
             list(runs.values()),
             config,
-            judge_texts={
-                path: {g.cell_id: g.judge_source for g in lab.graders}
-                for (name, _), path in runs.items()
-                for lab, _ in runnable
-                if lab.name == name
-            },
+            judge_texts={path: texts[name] for (name, _), path in runs.items()},
             progress=(
                 f"validating {len(runnable)} labs ({len(runs)} notebooks)"
                 if progress and runs
