@@ -103,6 +103,52 @@ def test_flash_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monke
         _check(name, a, e, r, dtype)
 
 
+# The 5-matmul backward (dQ added by each key tile with float32 atomics): the same bar.
+ATOMIC_CASES = [
+    (2, 3, 17, 17, 32, True, torch.float16),
+    (1, 2, 100, 100, 80, True, torch.float16),
+    (1, 2, 100, 100, 64, False, torch.float32),
+    (1, 1, 33, 100, 128, False, torch.float16),
+    (1, 1, 100, 17, 96, False, torch.float32),
+]
+
+
+@pytest.mark.parametrize(
+    "b,h,n_q,n_k,d,causal,dtype",
+    ATOMIC_CASES + [pytest.param(*c, marks=pytest.mark.gpu) for c in GPU_CASES],
+)
+def test_atomic_backward_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monkeypatch):
+    """Tails, Nq != Nk, padded head dims: every dQ row gets every key tile's share."""
+    _poison_allocations(monkeypatch)
+    if DEVICE == "cpu" and (dtype == torch.bfloat16 or n_k > 300):
+        pytest.skip("GPU-only case (the interpreter has no bfloat16 and is slow)")
+    g = torch.Generator().manual_seed(3000 * n_q + d)
+    q, k, v = (torch.randn(b, h, n, d, generator=g) for n in (n_q, n_k, n_k))
+    do = torch.randn(b, h, n_q, d, generator=g)
+    q, k, v, do = (x.to(DEVICE, dtype) for x in (q, k, v, do))
+
+    def atomic(*args, causal):
+        return flash_attention(*args, causal=causal, backward="atomic")
+
+    ours = _grads(atomic, q, k, v, do, causal)
+    eager = _grads(naive_attention, q, k, v, do, causal)
+    ref = _grads(naive_attention, *(x.double() for x in (q, k, v, do)), causal)
+    for name, a, e, r in zip(("out", "dq", "dk", "dv"), ours, eager, ref, strict=True):
+        _check(f"{name} (atomic backward)", a, e, r, dtype)
+    assert ours[1].dtype == dtype, "dQ comes back in the input dtype, not the float32 buffer"
+
+
+def test_backward_switch(monkeypatch):
+    from mlinfra_lab.attention.flash import DEFAULT_BACKWARD, resolve_backward
+
+    monkeypatch.delenv("MLINFRA_ATTENTION_BACKWARD", raising=False)
+    assert resolve_backward() == DEFAULT_BACKWARD == "split"
+    monkeypatch.setenv("MLINFRA_ATTENTION_BACKWARD", "atomic")
+    assert resolve_backward() == "atomic" and resolve_backward("split") == "split"
+    with pytest.raises(AttentionInputError, match="use one of split, atomic"):
+        resolve_backward("fast")
+
+
 def test_poisoning_is_active(monkeypatch):
     _poison_allocations(monkeypatch)
     assert torch.isnan(torch.empty_like(torch.zeros(3))).all()
@@ -186,8 +232,11 @@ def test_flash_version_switch(monkeypatch):
     assert resolve_version() == 2
     monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "3")
     assert resolve_version() == 3
-    with pytest.raises(AttentionInputError, match="use 1, 2 or 3"):
+    with pytest.raises(AttentionInputError, match=r"use one of \(1, 2, 3\)"):
         resolve_version(4)
+    monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "fast")
+    with pytest.raises(AttentionInputError, match="'fast' does not exist"):
+        resolve_version()
     # a negative scale takes the v1 path (v2 takes the max before scaling): still correct
     g = torch.Generator().manual_seed(11)
     q, k, v = (torch.randn(1, 1, 20, 16, generator=g).to(DEVICE) for _ in range(3))

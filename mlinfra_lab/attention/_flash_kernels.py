@@ -201,8 +201,14 @@ def _fwd_inner_v2(
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr = False,
 ):
-    for start_n in range(lo, hi, BLOCK_N):
+    # WARP_SPECIALIZE asks the compiler to split the loop into a producer partition issuing
+    # the TMA loads and consumer warpgroups doing the dots and the softmax (Triton's automatic
+    # warp specialisation, FA3's producer/consumer idea). Triton 3.6 on Hopper fails to compile
+    # it at 4 warps and skips it at 8 (benchmarks/results/h200-warp-specialize-*.json), so
+    # only `benchmarks/scripts/warp_specialize_probe.py` sets it; launchers never do.
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         k = k_desc.load([off_bh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # unscaled, fp32
         if MASKED:
@@ -238,8 +244,9 @@ def _fwd_tma_body(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr = False,
 ):
-    # one program of the v2/v3 forward, given its four descriptors (however they were built)
+    # one program of the v2/v3/v4 forward, given its four descriptors (however they were built)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     q = q_desc.load([off_bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, BLOCK_D)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -269,6 +276,7 @@ def _fwd_tma_body(
         False,
         CAUSAL,
         PRECISION,
+        WARP_SPECIALIZE,
     )
     acc, l_i, m_i = _fwd_inner_v2(
         acc,
@@ -310,6 +318,7 @@ def _fwd_kernel_v2(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr = False,
 ):
     if CAUSAL:  # the diagonal loop steps by BLOCK_N from a multiple of BLOCK_M
         tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal tiles need BLOCK_M % BLOCK_N == 0")
@@ -356,6 +365,7 @@ def _fwd_kernel_v2(
         BLOCK_M,
         BLOCK_N,
         PRECISION,
+        WARP_SPECIALIZE,
     )
 
 
@@ -433,6 +443,13 @@ def set_descriptor_allocator() -> None:
     triton.set_allocator(alloc)
 
 
+# ---- Backward ----
+# `_bwd_dkdv_kernel` (per key tile) and `_bwd_dq_kernel` (per query tile) each recompute P:
+# 7 matmuls, no atomics (flash.py's "split" backward). With DQ_ATOMIC the dK/dV kernel also
+# adds dS K into a float32 dQ with atomics, FA2's 5 matmuls ("atomic"); measured slower on
+# the H200 (0.63-0.95x), so "split" is the default: see flash.py's docstring.
+
+
 @triton.jit
 def _bwd_delta_kernel(
     Out, DO, DELTA, n_q, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr
@@ -463,12 +480,15 @@ def _dkdv_inner(
     n_q,
     qk_scale,
     stride_n,
+    dq_base,
+    sm_scale,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    DQ_ATOMIC: tl.constexpr,
 ):
     offs_d = tl.arange(0, BLOCK_D)
     for start_m in range(lo, hi, BLOCK_M):
@@ -495,6 +515,14 @@ def _dkdv_inner(
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
         dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+        if DQ_ATOMIC:  # FA2's fifth matmul: this key tile's share of dQ, added in fp32
+            dq = tl.dot(tl.trans(ds_t).to(k.dtype), k, input_precision=PRECISION) * sm_scale
+            tl.atomic_add(
+                dq_base + offs_m[:, None] * stride_n + offs_d[None, :],
+                dq,
+                mask=q_mask,
+                sem="relaxed",
+            )
     return dk, dv
 
 
@@ -508,6 +536,7 @@ def _bwd_dkdv_kernel(
     DELTA,
     DK,
     DV,
+    DQ,
     n_q,
     n_k,
     qk_scale,
@@ -521,7 +550,10 @@ def _bwd_dkdv_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
+    DQ_ATOMIC: tl.constexpr = False,
 ):
+    # DQ_ATOMIC (the 5-matmul backward): also adds dS K into DQ, a zeroed float32 buffer shaped
+    # like Q, with atomics; otherwise DQ is not touched (`_bwd_dq_kernel` computes dQ)
     if CAUSAL:  # the diagonal loop steps by BLOCK_M from a multiple of BLOCK_N
         tl.static_assert(BLOCK_N % BLOCK_M == 0, "causal dK/dV tiles need BLOCK_N % BLOCK_M == 0")
     start_n = tl.program_id(0) * BLOCK_N
@@ -538,6 +570,7 @@ def _bwd_dkdv_kernel(
     do_base = DO + off_bh * stride_bh_q
     lse_base = LSE + off_bh * n_q
     delta_base = DELTA + off_bh * n_q
+    dq_base = DQ + off_bh * stride_bh_q
     full_hi = n_q - n_q % BLOCK_M
     if CAUSAL:  # queries below this key tile: first the diagonal tiles, masked
         dk, dv = _dkdv_inner(
@@ -555,12 +588,15 @@ def _bwd_dkdv_kernel(
             n_q,
             qk_scale,
             stride_n,
+            dq_base,
+            sm_scale,
             BLOCK_M,
             BLOCK_D,
             HEAD_DIM,
             True,
             CAUSAL,
             PRECISION,
+            DQ_ATOMIC,
         )
         body_lo = start_n + BLOCK_N
     else:
@@ -580,12 +616,15 @@ def _bwd_dkdv_kernel(
         n_q,
         qk_scale,
         stride_n,
+        dq_base,
+        sm_scale,
         BLOCK_M,
         BLOCK_D,
         HEAD_DIM,
         False,
         CAUSAL,
         PRECISION,
+        DQ_ATOMIC,
     )
     dk, dv = _dkdv_inner(
         dk,
@@ -602,12 +641,15 @@ def _bwd_dkdv_kernel(
         n_q,
         qk_scale,
         stride_n,
+        dq_base,
+        sm_scale,
         BLOCK_M,
         BLOCK_D,
         HEAD_DIM,
         True,
         CAUSAL,
         PRECISION,
+        DQ_ATOMIC,
     )
     tl.store(DK + kv_off, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + kv_off, dv.to(DV.dtype.element_ty), mask=kv_mask)
@@ -871,6 +913,7 @@ def kernels() -> dict[str, Any]:
         name: str,
         table: str | None = None,
         pre_hook: Callable[..., None] | None = None,
+        reset_to_zero: list[str] | None = None,
     ) -> Any:
         fp32_config = triton.Config(
             {"BLOCK_M": fp32[0], "BLOCK_N": fp32[1]}, num_warps=4, num_stages=1, pre_hook=pre_hook
@@ -878,9 +921,12 @@ def kernels() -> dict[str, Any]:
         if pre_hook is not None:
             cfgs = [_config(_tile(c), pre_hook) for c in cfgs]
         pruner = _pruner(fp32_config, table or name, pre_hook)
-        return triton.autotune(cfgs, key=key, prune_configs_by={"early_config_prune": pruner})(
-            kernel
-        )
+        return triton.autotune(
+            cfgs,
+            key=key,
+            prune_configs_by={"early_config_prune": pruner},
+            reset_to_zero=reset_to_zero,
+        )(kernel)
 
     return {  # fp32 tiles keep each kernel's constraint (see `configs`)
         "fwd": tuned(fwd_cfg, (32, 16), _fwd_kernel, "fwd"),
@@ -889,5 +935,11 @@ def kernels() -> dict[str, Any]:
         "fwd_v3": tuned(fwd_cfg, (32, 16), _fwd_kernel_v3, "fwd_v3", "fwd", _v3_pre_hook),
         "delta": _bwd_delta_kernel,
         "dkdv": tuned(dkdv_cfg, (16, 32), _bwd_dkdv_kernel, "dkdv"),
+        # the 5-matmul backward: the same kernel with DQ_ATOMIC=True; every config the search
+        # times adds into DQ, so the autotuner zeroes it before each
+        # (at the split backward's dK/dV tiles: an A/B of the technique at the same tile)
+        "dkdv_dq": tuned(
+            dkdv_cfg, (16, 32), _bwd_dkdv_kernel, "dkdv_dq", "dkdv", reset_to_zero=["DQ"]
+        ),
         "dq": tuned(dq_cfg, (32, 16), _bwd_dq_kernel, "dq"),
     }

@@ -129,7 +129,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="comma-separated subset of ours,sdpa_flash,sdpa_cudnn,sdpa_efficient,"
         "flex,eager (flex: torch.compile(flex_attention), compiled once per shape, "
         "compile time reported apart; ours_v1, ours_v2, ours_v3: one forward kernel "
-        "version each)",
+        "version each; ours_atomic: the default forward with the 5-matmul backward)",
     )
     p.add_argument(
         "--dtype",

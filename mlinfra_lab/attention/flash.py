@@ -56,9 +56,19 @@ few percent at D=128, it removed v2's fixed cost (1.08-1.22x v2 at N=1k) but mea
 TMA loads buy nothing over v1's pipelined pointer loads at these tiles, so v1 stays the
 default. v2 and v3 run under the CPU interpreter too.
 
-Caveats: causal attention needs equal query and key lengths (`_checks`). The backward
-pass recomputes ``QK^T`` and ``dO V^T`` in both backward kernels: FA2's 5 matmuls become 7,
-the price of needing no atomics.
+Backwards (``backward=`` or ``MLINFRA_ATTENTION_BACKWARD``): "split" (the default) recomputes
+``QK^T`` and ``dO V^T`` in both backward kernels, so FA2's 5 matmuls become 7, the price of
+needing no atomics. "atomic" is FA2's own: the dK/dV kernel also computes each key tile's
+share of dQ (``dS K``, the fifth matmul) and adds it with float32 atomics into a zeroed
+buffer, cast to the input dtype at the end; no dQ kernel. Predicted to gain up to ~15% at
+D=64 (fewer matmuls) and to risk a loss at D=128 (a third accumulator's registers); measured
+0.63-0.95x the split backward over the whole sweep in two H200 runs
+(``benchmarks/results/h200-bwd-atomic-2026-12-04-run*.json``; chapter 1, "Two FlashAttention
+ideas, tried"): the atomics (one float32 add per dQ element per key tile, ``N / BLOCK_N``
+times) and the bigger program cost more than two matmuls save. Its dQ sums in an order that
+varies from run to run (atomics), so it is not bitwise reproducible.
+
+Caveats: causal attention needs equal query and key lengths (`_checks`).
 The interpreter has no bfloat16.
 
 References: Dao, "FlashAttention-2" (2023); the Triton tutorial "Fused Attention"
@@ -80,16 +90,25 @@ from mlinfra_lab import runtime
 from mlinfra_lab.attention._checks import AttentionInputError, check_kernel_inputs
 
 __all__ = [
+    "BACKWARDS",
+    "DEFAULT_BACKWARD",
     "DEFAULT_VERSION",
+    "KERNEL_VERSIONS",
     "KernelVersionWarning",
     "flash_attention",
     "flash_attention_lse",
     "poisoned_buffers",
+    "resolve_backward",
     "resolve_version",
 ]
 
 LOG2E = 1.4426950408889634
+KERNEL_VERSIONS = (1, 2, 3)  # the forward kernels (see the module doc)
 DEFAULT_VERSION = 1  # the forward kernel used when neither the call nor the env picks one
+# "split": dK/dV and dQ in two kernels, 7 matmuls, no atomics; "atomic": FA2's 5 matmuls,
+# dQ added by every key tile into a float32 buffer with atomics
+BACKWARDS = ("split", "atomic")
+DEFAULT_BACKWARD = "split"
 # CUDA's limit on a grid's y dimension, where the launchers put batch x heads: a larger
 # product (a long batch of short sequences: 512 x 128 heads) is launched in batch chunks.
 MAX_GRID_ROWS = 65535
@@ -111,13 +130,27 @@ def _precision(dtype: torch.dtype) -> str:
 
 def resolve_version(version: int | None = None) -> int:
     """The forward kernel version to use: ``version`` if given, else the environment's
-    ``MLINFRA_ATTENTION_KERNEL`` (1, 2 or 3), else `DEFAULT_VERSION`."""
+    ``MLINFRA_ATTENTION_KERNEL`` (one of `KERNEL_VERSIONS`), else `DEFAULT_VERSION`."""
     if version is None:
         env = os.environ.get("MLINFRA_ATTENTION_KERNEL", "").strip().lstrip("v")
-        version = int(env) if env else DEFAULT_VERSION
-    if version not in (1, 2, 3):
-        raise AttentionInputError(f"kernel version {version!r} does not exist; use 1, 2 or 3")
-    return version
+        version = int(env) if env.isdigit() else (env or DEFAULT_VERSION)
+    if version not in KERNEL_VERSIONS:
+        raise AttentionInputError(
+            f"kernel version {version!r} does not exist; use one of {KERNEL_VERSIONS}"
+        )
+    return int(version)
+
+
+def resolve_backward(backward: str | None = None) -> str:
+    """The backward to use: ``backward`` if given, else the environment's
+    ``MLINFRA_ATTENTION_BACKWARD``, else `DEFAULT_BACKWARD` (one of `BACKWARDS`)."""
+    if backward is None:
+        backward = os.environ.get("MLINFRA_ATTENTION_BACKWARD", "").strip() or DEFAULT_BACKWARD
+    if backward not in BACKWARDS:
+        raise AttentionInputError(
+            f"backward {backward!r} does not exist; use one of {', '.join(BACKWARDS)}"
+        )
+    return backward
 
 
 def _batch_chunks(b: int, h: int) -> list[tuple[int, int]]:
@@ -232,6 +265,7 @@ def _backward(
     lse: torch.Tensor,
     causal: bool,
     sm_scale: float,
+    backward: str = DEFAULT_BACKWARD,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
@@ -239,7 +273,10 @@ def _backward(
     assert do.shape == o.shape and do.dtype == o.dtype
     kern = _kernels()
     delta = _empty_like(lse)
-    dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
+    dk, dv = _empty_like(k), _empty_like(v)
+    atomic = backward == "atomic"
+    # the atomic backward adds into a zeroed float32 dQ; the split one writes dQ once
+    dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if atomic else _empty_like(q)
     common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype))
     args = (n_q, n_k, sm_scale * LOG2E, sm_scale, n_q * d, n_k * d, d)
     for s, e in _batch_chunks(b, h):  # one launch each unless batch x heads > MAX_GRID_ROWS
@@ -249,13 +286,14 @@ def _backward(
         kern["delta"][(_cdiv(n_q, 64), rows)](
             o[s:e], t[3], cdelta, n_q, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=64
         )
-        kern["dkdv"][lambda m, rows=rows: (_cdiv(n_k, m["BLOCK_N"]), rows)](
-            *t, clse, cdelta, dk[s:e], dv[s:e], *args, **common
-        )
-        kern["dq"][lambda m, rows=rows: (_cdiv(n_q, m["BLOCK_M"]), rows)](
-            *t, clse, cdelta, dq[s:e], *args, **common
-        )
-    return dq, dk, dv
+        kern["dkdv_dq" if atomic else "dkdv"][
+            lambda m, rows=rows: (_cdiv(n_k, m["BLOCK_N"]), rows)
+        ](*t, clse, cdelta, dk[s:e], dv[s:e], dq[s:e], *args, DQ_ATOMIC=atomic, **common)
+        if not atomic:
+            kern["dq"][lambda m, rows=rows: (_cdiv(n_q, m["BLOCK_M"]), rows)](
+                *t, clse, cdelta, dq[s:e], *args, **common
+            )
+    return (dq.to(q.dtype) if atomic else dq), dk, dv
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -272,19 +310,20 @@ class _FlashAttention(torch.autograd.Function):
         causal: bool,
         sm_scale: float,
         version: int,
+        backward: str,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         o, lse = _forward(q, k, v, causal, sm_scale, version)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.sm_scale = causal, sm_scale
+        ctx.causal, ctx.sm_scale, ctx.backward = causal, sm_scale, backward
         ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
     def backward(ctx: Any, do: torch.Tensor, _dlse: torch.Tensor) -> tuple[Any, ...]:
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.backward)
+        return dq, dk, dv, None, None, None, None
 
 
 def _apply(
@@ -294,12 +333,15 @@ def _apply(
     causal: bool,
     sm_scale: float | None,
     version: int | None,
+    backward: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Check the inputs and run the autograd function: O and the base-2 LSE ``[B*H, Nq]``."""
     runtime.ensure_triton_mode()  # before the first triton import, when there is no GPU
     _, _, _, _, d = check_kernel_inputs(q, k, v, causal, runtime.triton_interpreted())
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
-    return _FlashAttention.apply(q, k, v, bool(causal), scale, resolve_version(version))
+    return _FlashAttention.apply(
+        q, k, v, bool(causal), scale, resolve_version(version), resolve_backward(backward)
+    )
 
 
 def flash_attention_lse(
@@ -309,10 +351,11 @@ def flash_attention_lse(
     causal: bool = False,
     sm_scale: float | None = None,
     version: int | None = None,
+    backward: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`flash_attention` that also returns the float32 row log-sum-exp ``[B, H, Nq]``
     (natural log of the scaled scores, as `tiled_attention(..., return_lse=True)`)."""
-    o, lse2 = _apply(q, k, v, causal, sm_scale, version)
+    o, lse2 = _apply(q, k, v, causal, sm_scale, version, backward)
     b, h, n_q, _ = q.shape
     return o, (lse2 / LOG2E).view(b, h, n_q)
 
@@ -324,12 +367,15 @@ def flash_attention(
     causal: bool = False,
     sm_scale: float | None = None,
     version: int | None = None,
+    backward: str | None = None,
 ) -> torch.Tensor:
     """Fused attention (Triton), differentiable; ``[B, H, N, D]`` in, ``[B, H, Nq, D]`` out.
 
     ``version`` picks the forward kernel (1: pointer loads; 2: tensor descriptors and a
     folded scale; 3: the same with host-built descriptors); None means `resolve_version()`'s
-    default. The backward is the same.
+    default. ``backward`` picks the backward ("split": two
+    kernels, 7 matmuls; "atomic": FA2's 5 matmuls, dQ added with float32 atomics); None
+    means `resolve_backward()`'s default.
     The log-sum-exp stays in base 2 (no conversion kernel: the Nsight Compute run of the
     chapter found one extra launch per forward when this called `flash_attention_lse`)."""
-    return _apply(q, k, v, causal, sm_scale, version)[0]
+    return _apply(q, k, v, causal, sm_scale, version, backward)[0]

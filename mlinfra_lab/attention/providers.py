@@ -33,11 +33,9 @@ from mlinfra_lab.attention.traffic import attention_flops
 __all__ = ["PROVIDERS", "VERSION_PROVIDERS", "TimingConfig", "measure", "time_ms"]
 
 PROVIDERS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "eager")
-VERSION_PROVIDERS = (
-    "ours_v1",
-    "ours_v2",
-    "ours_v3",
-)  # one forward kernel version each (for A/B runs)
+# one forward kernel version each, and the default forward with the 5-matmul backward
+# (for A/B runs)
+VERSION_PROVIDERS = ("ours_v1", "ours_v2", "ours_v3", "ours_atomic")
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
@@ -84,8 +82,11 @@ def _provider_fn(name: str, n: int, causal: bool, device: str) -> Attention:
     if name in ("ours", *VERSION_PROVIDERS):  # ours: the default forward kernel version
         from mlinfra_lab.attention.flash import flash_attention
 
-        version = None if name == "ours" else int(name[-1])
-        return lambda q, k, v, causal: flash_attention(q, k, v, causal=causal, version=version)
+        version = int(name[-1]) if name[-1].isdigit() else None
+        backward = "atomic" if name == "ours_atomic" else None
+        return lambda q, k, v, causal: flash_attention(
+            q, k, v, causal=causal, version=version, backward=backward
+        )
     if name == "eager":
         from mlinfra_lab.attention.reference import naive_attention
 
@@ -206,10 +207,18 @@ def measure(name: str, shape: tuple, cfg: TimingConfig, device: str) -> list[dic
 def _chosen_tiles(provider: str = "ours") -> dict[str, str]:
     """The tile each kernel ran with last (table entry or autotuner's pick), per mode."""
     from mlinfra_lab.attention._flash_kernels import kernels
-    from mlinfra_lab.attention.flash import resolve_version
+    from mlinfra_lab.attention.flash import resolve_backward, resolve_version
 
     version = int(provider[-1]) if provider[-1].isdigit() else resolve_version()
     k = kernels()
     fwd = "fwd" if version == 1 else f"fwd_v{version}"
-    pick = {name: str(getattr(k[name], "best_config", "")) for name in (fwd, "dkdv", "dq")}
-    return {"fwd": f"v{version} {pick[fwd]}", "bwd": f"dkdv: {pick['dkdv']}; dq: {pick['dq']}"}
+    pick = {
+        name: str(getattr(k[name], "best_config", "")) for name in (fwd, "dkdv", "dq", "dkdv_dq")
+    }
+    atomic = provider == "ours_atomic" or (provider == "ours" and resolve_backward() == "atomic")
+    bwd = (
+        f"dkdv+dq atomic: {pick['dkdv_dq']}"
+        if atomic
+        else f"dkdv: {pick['dkdv']}; dq: {pick['dq']}"
+    )
+    return {"fwd": f"v{version} {pick[fwd]}", "bwd": bwd}

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from mlinfra_lab.attention._checks import KERNEL_HEAD_DIM_RANGE
+from mlinfra_lab.attention.flash import KERNEL_VERSIONS
 from mlinfra_lab.errors import MlinfraError
 
 __all__ = [
@@ -120,8 +121,8 @@ def check_tile_config(
     lo, hi = KERNEL_HEAD_DIM_RANGE
     if not isinstance(head_dim, int) or not lo <= head_dim <= hi:
         raise TileConfigError(f"head_dim={head_dim!r}: the kernel takes {lo} to {hi}")
-    if version not in (1, 2, 3):
-        raise TileConfigError(f"version={version!r}: use 1, 2 or 3")
+    if version not in KERNEL_VERSIONS:
+        raise TileConfigError(f"version={version!r}: use one of {KERNEL_VERSIONS}")
 
 
 @lru_cache(maxsize=2)
