@@ -223,6 +223,24 @@ def test_flash_tma_forwards_match_float64_reference(
     _check(f"out (v{version})", ours, eager, ref, dtype)
 
 
+@pytest.mark.parametrize(
+    "b,h,n_q,n_k,d,causal,dtype",
+    CASES + [pytest.param(*c, marks=pytest.mark.gpu) for c in GPU_CASES],
+)
+def test_version_4_forward_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monkeypatch):
+    """v4 carries the scores one tile ahead: an empty main loop (1 or 17 tokens), one tile,
+    tails, Nq != Nk and padded head dims must all still see every key exactly once."""
+    _poison_allocations(monkeypatch)
+    if DEVICE == "cpu" and (dtype == torch.bfloat16 or n_k > 300):
+        pytest.skip("GPU-only case (the interpreter has no bfloat16 and is slow)")
+    g = torch.Generator().manual_seed(4000 * n_q + d)
+    q, k, v = (torch.randn(b, h, n, d, generator=g).to(DEVICE, dtype) for n in (n_q, n_k, n_k))
+    ours = flash_attention(q, k, v, causal=causal, version=4)
+    eager = naive_attention(q, k, v, causal=causal)
+    ref = naive_attention(q.double(), k.double(), v.double(), causal=causal)
+    _check("out (v4)", ours, eager, ref, dtype)
+
+
 def test_flash_version_switch(monkeypatch):
     from mlinfra_lab.attention.flash import DEFAULT_VERSION, KernelVersionWarning, resolve_version
 
@@ -232,8 +250,10 @@ def test_flash_version_switch(monkeypatch):
     assert resolve_version() == 2
     monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "3")
     assert resolve_version() == 3
-    with pytest.raises(AttentionInputError, match=r"use one of \(1, 2, 3\)"):
-        resolve_version(4)
+    monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "v4")
+    assert resolve_version() == 4
+    with pytest.raises(AttentionInputError, match=r"use one of \(1, 2, 3, 4\)"):
+        resolve_version(5)
     monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "fast")
     with pytest.raises(AttentionInputError, match="'fast' does not exist"):
         resolve_version()

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.attention
         ((64, 128), {"causal": True}, "multiple of block_n"),
         ((64, 64), {"seq": 0}, "seq=0"),
         ((64, 64), {"head_dim": 256}, "head_dim=256"),
-        ((64, 64), {"version": 4}, "version=4"),
+        ((64, 64), {"version": 5}, "version=5"),
     ],
 )
 def test_invalid_configs_are_refused_with_advice(args, kwargs, match):
@@ -56,7 +56,7 @@ def test_cpu_refuses_to_time_with_a_clear_error(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_gpu_times_one_config_and_matches_the_autotuned_kernel(version):
     if version > 1 and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip(f"version {version} uses TMA descriptors (Hopper or newer)")

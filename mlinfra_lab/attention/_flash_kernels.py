@@ -81,6 +81,63 @@ def _fwd_inner(
     return acc, l_i, m_i
 
 
+# ---- Forward, version 4: the next tile's QK^T issued before this tile's softmax ----
+# FlashAttention-3's intra-warpgroup overlap, written by hand: on Hopper a `tl.dot` becomes an
+# asynchronous wgmma, and the compiler waits for it only where its result is first used. v1's
+# loop uses each tile's scores right away (the softmax), so the Tensor Cores idle while the
+# exp2s run. Here the loop carries the scores one tile ahead: it starts tile j+1's QK^T, then
+# does tile j's softmax and PV while that matmul runs. Only the unmasked main loop does this
+# (the diagonal and tail tiles run as in v1). The last iteration computes one tile's scores
+# that nobody uses (the next offset is clamped to the last tile: no mask, no out-of-bounds
+# read). Prediction and measurement: flash.py's docstring.
+
+
+@triton.jit
+def _fwd_inner_overlap(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    lo,
+    hi,
+    qk_scale,
+    stride_n,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    offs_n = lo + tl.arange(0, BLOCK_N)
+    # the first tile's scores; masked, since the loop may be empty (then hi == lo)
+    k = tl.load(
+        k_base + offs_n[:, None] * stride_n + offs_d[None, :],
+        mask=d_ok[None, :] & (offs_n[:, None] < hi),
+        other=0.0,
+    )
+    qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    for start_n in range(lo, hi, BLOCK_N):
+        # start the next tile's matmul first (the last iteration recomputes the last tile)
+        offs_next = tl.minimum(start_n + BLOCK_N, hi - BLOCK_N) + tl.arange(0, BLOCK_N)
+        k = tl.load(k_base + offs_next[:, None] * stride_n + offs_d[None, :], mask=d_ok[None, :])
+        qk_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        # this tile's softmax and PV, while that matmul runs
+        qk = qk * qk_scale
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        v = tl.load(v_base + offs_n[:, None] * stride_n + offs_d[None, :], mask=d_ok[None, :])
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+        qk = qk_next
+    return acc, l_i, m_i
+
+
 @triton.jit
 def _fwd_kernel(
     Q,
@@ -100,7 +157,9 @@ def _fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
+    OVERLAP: tl.constexpr = False,
 ):
+    # OVERLAP (version 4): the main loop is `_fwd_inner_overlap`, the rest is version 1
     if CAUSAL:  # the diagonal loop steps by BLOCK_N from a multiple of BLOCK_M
         tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal tiles need BLOCK_M % BLOCK_N == 0")
     start_m = tl.program_id(0)
@@ -121,26 +180,44 @@ def _fwd_kernel(
     else:  # full tiles, then the tail tile past the last multiple of BLOCK_N
         lo_masked = n_k - n_k % BLOCK_N
         hi_masked = n_k
-    acc, l_i, m_i = _fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_base,
-        v_base,
-        offs_m,
-        0,
-        lo_masked,
-        n_k,
-        qk_scale,
-        stride_n,
-        BLOCK_N,
-        BLOCK_D,
-        HEAD_DIM,
-        False,
-        CAUSAL,
-        PRECISION,
-    )
+    if OVERLAP:
+        acc, l_i, m_i = _fwd_inner_overlap(
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_base,
+            v_base,
+            0,
+            lo_masked,
+            qk_scale,
+            stride_n,
+            BLOCK_N,
+            BLOCK_D,
+            HEAD_DIM,
+            PRECISION,
+        )
+    else:
+        acc, l_i, m_i = _fwd_inner(
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_base,
+            v_base,
+            offs_m,
+            0,
+            lo_masked,
+            n_k,
+            qk_scale,
+            stride_n,
+            BLOCK_N,
+            BLOCK_D,
+            HEAD_DIM,
+            False,
+            CAUSAL,
+            PRECISION,
+        )
     acc, l_i, m_i = _fwd_inner(
         acc,
         l_i,
@@ -930,6 +1007,8 @@ def kernels() -> dict[str, Any]:
 
     return {  # fp32 tiles keep each kernel's constraint (see `configs`)
         "fwd": tuned(fwd_cfg, (32, 16), _fwd_kernel, "fwd"),
+        # v4 is v1's kernel launched with OVERLAP=True, at v1's tiles (an A/B of the technique)
+        "fwd_v4": tuned(fwd_cfg, (32, 16), _fwd_kernel, "fwd_v4", "fwd"),
         "fwd_v2": tuned(fwd_cfg, (32, 16), _fwd_kernel_v2, "fwd_v2"),
         # v3 runs the tile table's forward entries: the same tile as v1, no search
         "fwd_v3": tuned(fwd_cfg, (32, 16), _fwd_kernel_v3, "fwd_v3", "fwd", _v3_pre_hook),

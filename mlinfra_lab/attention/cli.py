@@ -128,7 +128,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         type=lambda s: tuple(x for x in s.split(",") if x),
         help="comma-separated subset of ours,sdpa_flash,sdpa_cudnn,sdpa_efficient,"
         "flex,eager (flex: torch.compile(flex_attention), compiled once per shape, "
-        "compile time reported apart; ours_v1, ours_v2, ours_v3: one forward kernel "
+        "compile time reported apart; ours_v1 ... ours_v4: one forward kernel "
         "version each; ours_atomic: the default forward with the 5-matmul backward)",
     )
     p.add_argument(

@@ -54,7 +54,12 @@ few percent at D=128, it removed v2's fixed cost (1.08-1.22x v2 at N=1k) but mea
 0.97-1.01x at D=64 in two runs
 (``benchmarks/results/h200-fwd-versions-2026-12-04-run*.json``; chapter 1, "Version 3"):
 TMA loads buy nothing over v1's pipelined pointer loads at these tiles, so v1 stays the
-default. v2 and v3 run under the CPU interpreter too.
+default. v2 and v3 run under the CPU interpreter too. v4 is v1 with the scores carried one
+tile ahead (FA3's intra-warpgroup overlap, by hand: tile j+1's QK^T is started before tile
+j's softmax, so the Tensor Cores work while the exp2s run). Prediction, written before the
+first run: if the compiler keeps that matmul asynchronous across the softmax, 5-10% at D=64
+(the softmax is a larger share of the work there) and 3-8% at D=128; the extra scores tile
+(32 more float32 registers per thread at 8 warps) may cost occupancy and eat the gain.
 
 Backwards (``backward=`` or ``MLINFRA_ATTENTION_BACKWARD``): "split" (the default) recomputes
 ``QK^T`` and ``dO V^T`` in both backward kernels, so FA2's 5 matmuls become 7, the price of
@@ -103,7 +108,7 @@ __all__ = [
 ]
 
 LOG2E = 1.4426950408889634
-KERNEL_VERSIONS = (1, 2, 3)  # the forward kernels (see the module doc)
+KERNEL_VERSIONS = (1, 2, 3, 4)  # the forward kernels (see the module doc)
 DEFAULT_VERSION = 1  # the forward kernel used when neither the call nor the env picks one
 # "split": dK/dV and dQ in two kernels, 7 matmuls, no atomics; "atomic": FA2's 5 matmuls,
 # dQ added by every key tile into a float32 buffer with atomics
@@ -249,9 +254,21 @@ def _forward(
         elif version == 3 and not why_not:
             descs = _descriptors((cq, ck, cv, co), (e - s) * h, common["BLOCK_D"])
             _kernels()["fwd_v3"][grid](*descs, clse, n_q, n_k, sm_scale * LOG2E, **common)
-        else:
-            _kernels()["fwd"][grid](
-                cq, ck, cv, co, clse, n_q, n_k, sm_scale * LOG2E, n_q * d, n_k * d, d, **common
+        else:  # v1, or v4: v1's kernel with the next tile's QK^T started early
+            _kernels()["fwd_v4" if version == 4 else "fwd"][grid](
+                cq,
+                ck,
+                cv,
+                co,
+                clse,
+                n_q,
+                n_k,
+                sm_scale * LOG2E,
+                n_q * d,
+                n_k * d,
+                d,
+                OVERLAP=version == 4,
+                **common,
             )
     return o, lse
 
@@ -372,8 +389,8 @@ def flash_attention(
     """Fused attention (Triton), differentiable; ``[B, H, N, D]`` in, ``[B, H, Nq, D]`` out.
 
     ``version`` picks the forward kernel (1: pointer loads; 2: tensor descriptors and a
-    folded scale; 3: the same with host-built descriptors); None means `resolve_version()`'s
-    default. ``backward`` picks the backward ("split": two
+    folded scale; 3: the same with host-built descriptors; 4: v1 with the next tile's QK^T
+    started before this tile's softmax); None means `resolve_version()`'s default. ``backward`` picks the backward ("split": two
     kernels, 7 matmuls; "atomic": FA2's 5 matmuls, dQ added with float32 atomics); None
     means `resolve_backward()`'s default.
     The log-sum-exp stays in base 2 (no conversion kernel: the Nsight Compute run of the

@@ -35,7 +35,7 @@ __all__ = ["PROVIDERS", "VERSION_PROVIDERS", "TimingConfig", "measure", "time_ms
 PROVIDERS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "eager")
 # one forward kernel version each, and the default forward with the 5-matmul backward
 # (for A/B runs)
-VERSION_PROVIDERS = ("ours_v1", "ours_v2", "ours_v3", "ours_atomic")
+VERSION_PROVIDERS = ("ours_v1", "ours_v2", "ours_v3", "ours_v4", "ours_atomic")
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
