@@ -60,3 +60,20 @@ def test_the_chapter_s_summary_comes_from_the_runs_and_sets_the_lone_worst_timin
     assert s["d128_hi"] == every_128[-1] and s["worst"] <= s["worst_other"]
     assert s["d64_lo"] <= s["d64_hi"] and s["over_v2_1k_lo"] <= s["over_v2_1k_hi"]
     assert s["cudnn_lo"] <= s["cudnn_hi"] < 1  # still short of cuDNN (issue 13)
+
+
+def test_the_v4_runs_timed_v1_and_v4_with_the_anchors_and_their_ranges_come_from_them():
+    runs = versions.committed_version_runs(versions.OVERLAP_RUNS_PATTERN)
+    assert len(runs) >= 2, "the chapter's version-4 section needs two committed runs"
+    assert all("autotuned" not in run["file"] for run in runs)  # anchors in every run
+    every = {64: [], 128: []}
+    for run in runs:
+        for r in versions.version_table(run):
+            assert r["v4_over_v1"] and r["v4_over_cudnn"] and r["sdpa_flash"]
+            every[r["head_dim"]].append(r["v4_over_v1"])
+    s = versions.version_ranges(runs, 4)
+    assert (s["d64_lo"], s["d64_hi"]) == (min(every[64]), max(every[64]))
+    assert (s["d128_lo"], s["d128_hi"]) == (min(every[128]), max(every[128]))
+    assert s["runs"] == len(runs) and s["cudnn_lo"] <= s["cudnn_hi"]
+    with pytest.raises(ValueError, match="ours_v4"):
+        versions.version_ranges(versions.committed_version_runs(), 4)  # v1-v3 runs: no v4

@@ -60,6 +60,11 @@ j's softmax, so the Tensor Cores work while the exp2s run). Prediction, written 
 first run: if the compiler keeps that matmul asynchronous across the softmax, 5-10% at D=64
 (the softmax is a larger share of the work there) and 3-8% at D=128; the extra scores tile
 (32 more float32 registers per thread at 8 warps) may cost occupancy and eat the gain.
+Measured in two H200 runs (``benchmarks/results/h200-fwd-overlap-2026-12-04-run*.json``):
+0.72-0.90x v1 at D=64, 0.93-1.02x at D=128, and 0.95-0.98x at D=128 with its own tile
+search (``...-autotuned.json``): the compiler does not keep the early matmul in flight
+across the softmax (our reading, not profiled), so v4 pays the registers for nothing and
+v1 stays the default.
 
 Backwards (``backward=`` or ``MLINFRA_ATTENTION_BACKWARD``): "split" (the default) recomputes
 ``QK^T`` and ``dO V^T`` in both backward kernels, so FA2's 5 matmuls become 7, the price of

@@ -5,8 +5,10 @@ Contract: ``version_table(result, mode)`` reads one result of ``mlinfra-lab benc
 row per shape ``(head_dim, causal, seq)``: each version's TFLOP/s as ``v1``, ``v2``, ...,
 the anchors' (``sdpa_flash``, ``sdpa_cudnn``), and ``vK_over_v1`` and ``vK_over_cudnn`` for
 every version K present. ``committed_version_runs()`` loads the committed H200 runs
-(``benchmarks/results/h200-fwd-versions-*.json``); ``plot_version_ratios(runs)`` draws each
-version over v1 against the sequence length, one line per run and shape class.
+(``benchmarks/results/h200-fwd-versions-*.json``; the v4 runs with `OVERLAP_RUNS_PATTERN`);
+``version_ranges(runs, version)`` condenses any version against v1 and cuDNN;
+``plot_version_ratios(runs)`` draws each version over v1 against the sequence length, one
+line per run and shape class.
 
 Design decisions:
 - A ratio is only ever taken inside one file: both numbers were measured in the same run,
@@ -23,10 +25,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["committed_version_runs", "plot_version_ratios", "version_summary", "version_table"]
+__all__ = [
+    "committed_version_runs",
+    "plot_version_ratios",
+    "version_ranges",
+    "version_summary",
+    "version_table",
+]
 
 _VERSION = re.compile(r"^ours_v(\d+)$")
 RUNS_PATTERN = "h200-fwd-versions-*.json"
+OVERLAP_RUNS_PATTERN = "h200-fwd-overlap-*-run*.json"  # v1 and v4 with the anchors
 
 
 def version_table(result: dict[str, Any], mode: str = "fwd") -> list[dict[str, Any]]:
@@ -94,12 +103,45 @@ def version_summary(runs: list[dict[str, Any]], version: int = 3) -> dict[str, A
     )
 
 
-def committed_version_runs() -> list[dict[str, Any]]:
-    """The committed version comparisons (oldest first), each with its file name under
+def committed_version_runs(pattern: str = RUNS_PATTERN) -> list[dict[str, Any]]:
+    """The committed version comparisons matching `pattern` (oldest first; default: the
+    v1/v2/v3 runs, `OVERLAP_RUNS_PATTERN` the v1/v4 ones), each with its file name under
     ``"file"``; empty when the package runs without the repository's results."""
     from mlinfra_lab.attention.bench import committed_results, load_result
 
-    return [{**load_result(p), "file": p.name} for p in committed_results(RUNS_PATTERN)]
+    return [{**load_result(p), "file": p.name} for p in committed_results(pattern)]
+
+
+def version_ranges(runs: list[dict[str, Any]], version: int) -> dict[str, Any]:
+    """``v{version} / v1`` forward over all `runs`: lowest and highest at D=64
+    (``d64_lo``/``d64_hi``) and D=128 (``d128_lo``/``d128_hi``), the lowest's shape
+    (``worst_shape``), the runs counted, and ``v{version} / cuDNN`` at D=128 and 4k tokens or
+    more (``cudnn_lo``/``cudnn_hi``)."""
+    key = f"v{version}"
+    rows = [r for run in runs for r in version_table(run) if r.get(f"{key}_over_v1")]
+    if not rows:
+        raise ValueError(f"no run timed v1 and {key} together: run the benchmark with ours_{key}")
+
+    def ratios(d: int) -> list[float]:
+        return [r[f"{key}_over_v1"] for r in rows if r["head_dim"] == d]
+
+    worst = min(rows, key=lambda r: r[f"{key}_over_v1"])
+    cudnn = [
+        r[f"{key}_over_cudnn"]
+        for r in rows
+        if r["head_dim"] == 128 and r["seq"] >= 4096 and r.get(f"{key}_over_cudnn")
+    ]
+    return dict(
+        runs=len(runs),
+        d64_lo=min(ratios(64)),
+        d64_hi=max(ratios(64)),
+        d128_lo=min(ratios(128)),
+        d128_hi=max(ratios(128)),
+        worst_shape=f"D={worst['head_dim']}, {'causal' if worst['causal'] else 'non-causal'}, "
+        f"N={worst['seq']}",
+        cudnn_lo=min(cudnn) if cudnn else None,
+        cudnn_hi=max(cudnn) if cudnn else None,
+    )
 
 
 def plot_version_ratios(
