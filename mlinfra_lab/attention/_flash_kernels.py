@@ -323,7 +323,7 @@ def _fwd_tma_body(
     PRECISION: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr = False,
 ):
-    # one program of the v2/v3/v4 forward, given its four descriptors (however they were built)
+    # one program of the v2/v3 forward, given its four descriptors (however they were built)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     q = q_desc.load([off_bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, BLOCK_D)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)

@@ -73,8 +73,8 @@ share of dQ (``dS K``, the fifth matmul) and adds it with float32 atomics into a
 buffer, cast to the input dtype at the end; no dQ kernel. Predicted to gain up to ~15% at
 D=64 (fewer matmuls) and to risk a loss at D=128 (a third accumulator's registers); measured
 0.63-0.95x the split backward over the whole sweep in two H200 runs
-(``benchmarks/results/h200-bwd-atomic-2026-12-04-run*.json``; chapter 1, "Two FlashAttention
-ideas, tried"): the atomics (one float32 add per dQ element per key tile, ``N / BLOCK_N``
+(``benchmarks/results/h200-bwd-atomic-2026-12-04-run*.json``; chapter 1, "Three
+FlashAttention ideas, tried"): the atomics (one float32 add per dQ element per key tile, ``N / BLOCK_N``
 times) and the bigger program cost more than two matmuls save. Its dQ sums in an order that
 varies from run to run (atomics), so it is not bitwise reproducible.
 

@@ -1,4 +1,5 @@
-"""Two FlashAttention ideas tried on the H200: FA2's 5-matmul backward, and warp specialisation.
+"""Two of the FlashAttention ideas chapter 1 tried on the H200: FA2's 5-matmul backward, and warp
+specialisation (the third, version 4, is a forward version: `versions` reads its runs).
 
 Contract: ``backward_table(result)`` reads one result of ``mlinfra-lab bench attention
 --providers ours_v1,ours_atomic,sdpa_flash,sdpa_cudnn`` and returns one row per shape
