@@ -90,17 +90,25 @@ def _grads(fn, q, k, v, do, causal):
 )
 def test_flash_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monkeypatch):
     _poison_allocations(monkeypatch)
+    _check_against_float64(flash_attention, (b, h, n_q, n_k, d, causal, dtype), 1000, "")
+
+
+def _check_against_float64(fn, case, seed, label) -> list[torch.Tensor]:
+    """Output and gradients of `fn` on seeded inputs of `case`, each checked with `_check`
+    against float64; returns ours (out, dq, dk, dv)."""
+    b, h, n_q, n_k, d, causal, dtype = case
     if DEVICE == "cpu" and (dtype == torch.bfloat16 or n_k > 300):
         pytest.skip("GPU-only case (the interpreter has no bfloat16 and is slow)")
-    g = torch.Generator().manual_seed(1000 * n_q + d)  # fresh inputs per case
+    g = torch.Generator().manual_seed(seed * n_q + d)  # fresh inputs per case
     q, k, v = (torch.randn(b, h, n, d, generator=g) for n in (n_q, n_k, n_k))
     do = torch.randn(b, h, n_q, d, generator=g)
     q, k, v, do = (x.to(DEVICE, dtype) for x in (q, k, v, do))
-    ours = _grads(flash_attention, q, k, v, do, causal)
+    ours = _grads(fn, q, k, v, do, causal)
     eager = _grads(naive_attention, q, k, v, do, causal)
     ref = _grads(naive_attention, *(x.double() for x in (q, k, v, do)), causal)
     for name, a, e, r in zip(("out", "dq", "dk", "dv"), ours, eager, ref, strict=True):
-        _check(name, a, e, r, dtype)
+        _check(name + label, a, e, r, dtype)
+    return ours
 
 
 # The 5-matmul backward (dQ added by each key tile with float32 atomics): the same bar.
@@ -120,21 +128,12 @@ ATOMIC_CASES = [
 def test_atomic_backward_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monkeypatch):
     """Tails, Nq != Nk, padded head dims: every dQ row gets every key tile's share."""
     _poison_allocations(monkeypatch)
-    if DEVICE == "cpu" and (dtype == torch.bfloat16 or n_k > 300):
-        pytest.skip("GPU-only case (the interpreter has no bfloat16 and is slow)")
-    g = torch.Generator().manual_seed(3000 * n_q + d)
-    q, k, v = (torch.randn(b, h, n, d, generator=g) for n in (n_q, n_k, n_k))
-    do = torch.randn(b, h, n_q, d, generator=g)
-    q, k, v, do = (x.to(DEVICE, dtype) for x in (q, k, v, do))
 
     def atomic(*args, causal):
         return flash_attention(*args, causal=causal, backward="atomic")
 
-    ours = _grads(atomic, q, k, v, do, causal)
-    eager = _grads(naive_attention, q, k, v, do, causal)
-    ref = _grads(naive_attention, *(x.double() for x in (q, k, v, do)), causal)
-    for name, a, e, r in zip(("out", "dq", "dk", "dv"), ours, eager, ref, strict=True):
-        _check(f"{name} (atomic backward)", a, e, r, dtype)
+    case = (b, h, n_q, n_k, d, causal, dtype)
+    ours = _check_against_float64(atomic, case, 3000, " (atomic backward)")
     assert ours[1].dtype == dtype, "dQ comes back in the input dtype, not the float32 buffer"
 
 
