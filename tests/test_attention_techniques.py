@@ -45,6 +45,8 @@ def test_committed_backward_runs_timed_both_backwards_with_the_anchors_on_every_
     assert (s["lo"], s["hi"]) == (every[0], every[-1]) and s["shapes"] == 20
     assert s["d64_lo"] <= s["d64_hi"] and s["d128_lo"] <= s["d128_hi"]
     assert s["split_cudnn_lo"] <= s["split_cudnn_hi"]
+    t = techniques.atomic_traffic(runs[-1])
+    assert t["atomic_mib"] == (4096 // t["block_n"]) * 4096 * 128 * 4 / 2**20 and t["dq_mib"] == 1.0
     ax = techniques.plot_backward_ratios(runs)
     assert len(ax.get_lines()) == 4 * len(runs) + 1  # each class per run, and the 1.0 line
 

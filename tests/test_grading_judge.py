@@ -22,9 +22,9 @@ from pathlib import Path
 import nbformat
 import pytest
 from test_grading_pipeline import _student_copy, _write  # the same warm-up submissions
+from test_grading_sandbox import require_bubblewrap
 
 from mlinfra_lab.cli import main
-from mlinfra_lab.grading.sandbox import SandboxUnavailable, make_sandbox
 
 pytestmark = pytest.mark.grading
 
@@ -106,10 +106,7 @@ def _grade(subs: Path, out: Path, *flags: str) -> tuple[int, dict, str]:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    try:
-        make_sandbox("bwrap")
-    except SandboxUnavailable as err:
-        pytest.fail(f"these tests need bubblewrap: {err}")
+    require_bubblewrap()
     tmp = tmp_path_factory.mktemp("judge")
     subs = {
         "honest": _student_copy(),

@@ -175,12 +175,17 @@ def _alive_with(token: str) -> list[int]:
     return [p for p in pids if p != os.getpid()]
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def require_bubblewrap() -> None:
+    """Fail (not skip) where bubblewrap cannot run: these tests attack its sandbox."""
     try:
         make_sandbox("bwrap")
     except SandboxUnavailable as err:
         pytest.fail(f"these tests need bubblewrap: {err}")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    require_bubblewrap()
     tmp = tmp_path_factory.mktemp("sandbox")
     subs, out = tmp / "submissions", tmp / "gradebook"
     for student, nb in _attacks(subs, out).items():

@@ -7,7 +7,8 @@ Contract: ``backward_table(result)`` reads one result of ``mlinfra-lab bench att
 default, two kernels, 7 matmuls), of the 5-matmul one (``atomic``), of the anchors, and
 ``atomic_over_split`` and ``split_over_cudnn``. ``backward_summary(runs)`` gives the numbers
 chapter 1 quotes over all committed runs (``committed_backward_runs()``), and
-``plot_backward_ratios(runs)`` draws ``atomic / split`` against N. ``warp_specialize_probe()``
+``plot_backward_ratios(runs)`` draws ``atomic / split`` against N, and
+``atomic_traffic(result)`` counts the 5-matmul backward's atomic bytes at one shape. ``warp_specialize_probe()``
 loads the committed record of `benchmarks/scripts/warp_specialize_probe.py` and
 ``probe_summary(record)`` condenses it.
 
@@ -23,9 +24,11 @@ Design decisions:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = [
+    "atomic_traffic",
     "backward_summary",
     "backward_table",
     "committed_backward_runs",
@@ -101,6 +104,29 @@ def backward_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         d128_hi=max(ratios(128)),
         split_cudnn_lo=min(cudnn),
         split_cudnn_hi=max(cudnn),
+    )
+
+
+def atomic_traffic(result: dict[str, Any], head_dim: int = 128, seq: int = 4096) -> dict[str, Any]:
+    """What the 5-matmul backward adds per head at one non-causal shape of `result`: the key
+    tile it ran (``block_n``, read from the run's ``tiles``), its float32 atomic adds into dQ
+    (``atomic_mib``: every key tile adds into every dQ row, ``N / BLOCK_N`` times), and the
+    split backward's dQ written once in 16 bits (``dq_mib``)."""
+    row = next(
+        r
+        for r in result["rows"]
+        if r["provider"] == "ours_atomic"
+        and r["mode"] == "bwd"
+        and (r["head_dim"], r["seq"], r["causal"]) == (head_dim, seq, False)
+    )
+    match = re.search(r"BLOCK_N: (\d+)", row["tiles"] or "")
+    if match is None:
+        raise ValueError(f"the run does not say which key tile ran: tiles={row['tiles']!r}")
+    block_n = int(match.group(1))
+    return dict(
+        block_n=block_n,
+        atomic_mib=(seq // block_n) * seq * head_dim * 4 / 2**20,
+        dq_mib=seq * head_dim * 2 / 2**20,
     )
 
 
