@@ -8,6 +8,10 @@ writes fails. Sizes are tiny: the interpreter runs every program in numpy.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -240,6 +244,120 @@ def test_version_4_forward_matches_float64_reference(b, h, n_q, n_k, d, causal, 
     _check("out (v4)", ours, eager, ref, dtype)
 
 
+# Version 5 (Gluon, Hopper only): lengths that are multiples of its tiles, head dims 64/128.
+V5_GPU_CASES = [
+    (2, 3, 128, 128, 64, True, torch.bfloat16),
+    (1, 5, 384, 384, 128, False, torch.bfloat16),
+    (2, 4, 1024, 1024, 128, True, torch.float16),
+    (1, 2, 2048, 2048, 64, False, torch.bfloat16),
+    (2, 4, 1024, 1024, 64, True, torch.bfloat16),  # the table says v1: the fallback config
+    (1, 2, 4096, 4096, 128, True, torch.bfloat16),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b,h,n_q,n_k,d,causal,dtype", V5_GPU_CASES)
+def test_version_5_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monkeypatch):
+    """The Gluon forward (and the shared backward on its LSE) against float64; it must
+    really run (no fallback warning, its configuration recorded), and its LSE must match."""
+    from mlinfra_lab.attention import _gluon_fwd
+
+    if DEVICE == "cpu" or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("version 5 runs on Hopper only")
+    _poison_allocations(monkeypatch)
+    _gluon_fwd.LAST_CONFIG.clear()
+    v5 = lambda q, k, v, causal: flash_attention(q, k, v, causal=causal, version=5)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback to v1 would warn
+        _check_against_float64(v5, (b, h, n_q, n_k, d, causal, dtype), 5000, " (v5)")
+    assert _gluon_fwd.LAST_CONFIG.get("fwd"), "version 5 did not launch"
+    g = torch.Generator().manual_seed(n_q + d)
+    q, k, v = (torch.randn(b, h, n_q, d, generator=g).to(DEVICE, dtype) for _ in "qkv")
+    _, lse = flash_attention_lse(q, k, v, causal=causal, version=5)
+    _, lse_ref = tiled_attention(q.double(), k.double(), v.double(), causal=causal, return_lse=True)
+    torch.testing.assert_close(lse.double(), lse_ref.view_as(lse), rtol=0, atol=2e-2)
+
+
+def test_version_5_elsewhere_runs_v1_and_says_why_when_asked(monkeypatch):
+    """Asked for by name where it cannot run, v5 warns and v1 answers; the default (v5 where
+    its table says so) falls back without a word, since nothing was asked for."""
+    from mlinfra_lab.attention.flash import KernelVersionWarning
+
+    monkeypatch.delenv("MLINFRA_ATTENTION_KERNEL", raising=False)
+    g = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(1, 2, 20, 80, generator=g).to(DEVICE) for _ in "qkv")
+    why = "needs a Hopper GPU" if DEVICE == "cpu" else "dtype torch.float32"
+    with pytest.warns(KernelVersionWarning, match=why):
+        out = flash_attention(q, k, v, version=5)
+    torch.testing.assert_close(out, naive_attention(q, k, v), rtol=1e-4, atol=1e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(flash_attention(q, k, v), out, rtol=0, atol=0)
+
+
+def test_version_5_shape_rules():
+    """The rules that keep a launch from hanging or reading out of bounds, one by one."""
+    from mlinfra_lab.attention._gluon_fwd import GluonConfig, shape_problem
+
+    cfg = GluonConfig(128, 64, 4, 2)
+    ok = ((2, 4, 1024, 64), 1024, torch.bfloat16, True, 0.125, cfg)
+    assert shape_problem(*ok) is None
+    bad = {
+        "float32": dict(dtype=torch.float32),
+        "scale > 0": dict(sm_scale=-0.1),
+        "head dim 80": dict(shape=(2, 4, 1024, 80)),
+        "lengths differ": dict(n_k=512),
+        "not a multiple": dict(shape=(2, 4, 1000, 64), n_k=1000),
+        "grid": dict(shape=(2, 4, 0, 64), n_k=0),
+        # the tile that hung the GPU: the first causal program would own no whole key tile
+        "BLOCK_M % BLOCK_N": dict(config=GluonConfig(64, 128, 4, 2)),
+    }
+    names = ("shape", "n_k", "dtype", "causal", "sm_scale", "config")
+    for why, change in bad.items():
+        args = dict(zip(names, ok, strict=True)) | change
+        assert why in (shape_problem(**args) or ""), why
+
+
+def test_version_5_table_holds_only_configs_that_can_run():
+    """Every configuration the table or the fallback can launch passes the shape rules for
+    the head dim and mask it is used with (a causal tile that could hang cannot enter)."""
+    from mlinfra_lab.attention._gluon_fwd import FALLBACK_CONFIG, GLUON_TABLE, shape_problem
+
+    for (d, causal), rows in GLUON_TABLE.items():
+        bounds = [n for n, _ in rows]
+        assert bounds == sorted(bounds), f"({d}, {causal}): length buckets out of order"
+        for cfg in [c for _, c in rows if c] + [FALLBACK_CONFIG[causal]]:
+            assert shape_problem((1, 1, 4096, d), 4096, torch.bfloat16, causal, 0.1, cfg) is None
+
+
+def test_version_5_compiles_for_hopper_with_its_schedule():
+    """Each configuration the table uses builds for sm_90 here, without a GPU, and its machine
+    code has the schedule it claims: the overlap waits with one matmul still in flight
+    (``wgmma.wait_group 1``), the plain schedule never does; tiles arrive by TMA."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    script = """
+import json, re
+from mlinfra_lab.attention._gluon_fwd import FALLBACK_CONFIG, GLUON_TABLE, compile_for_hopper
+seen = []
+for (d, causal), rows in GLUON_TABLE.items():
+    for cfg in {c for _, c in rows if c} | {FALLBACK_CONFIG[causal]}:
+        ptx = compile_for_hopper(d, causal, cfg).asm["ptx"]
+        waits = sorted(set(re.findall(r"wgmma.wait_group.sync.aligned\\s+(\\d+)", ptx)))
+        seen.append([d, causal, cfg.overlap, waits, "cp.async.bulk.tensor" in ptx])
+print(json.dumps(seen))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile, not interpret
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(seen) >= 4
+    for d, causal, overlap, waits, tma in seen:
+        assert tma, f"D={d} causal={causal}: no TMA copy in the PTX"
+        assert ("1" in waits) == overlap, f"D={d} causal={causal} overlap={overlap}: {waits}"
+
+
 def test_flash_version_switch(monkeypatch):
     from mlinfra_lab.attention.flash import DEFAULT_VERSION, KernelVersionWarning, resolve_version
 
@@ -251,8 +369,10 @@ def test_flash_version_switch(monkeypatch):
     assert resolve_version() == 3
     monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "v4")
     assert resolve_version() == 4
-    with pytest.raises(AttentionInputError, match=r"use one of \(1, 2, 3, 4\)"):
-        resolve_version(5)
+    monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "5")
+    assert resolve_version() == 5
+    with pytest.raises(AttentionInputError, match=r"use one of \(1, 2, 3, 4, 5\)"):
+        resolve_version(6)
     monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "fast")
     with pytest.raises(AttentionInputError, match="'fast' does not exist"):
         resolve_version()

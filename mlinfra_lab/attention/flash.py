@@ -41,7 +41,9 @@ this same algorithm in PyTorch. Bytes this forward moves: Q and O once, K and V 
 query tile (``ceil(N / BLOCK_M)`` passes, mostly served by L2), no score matrix.
 
 Versions of the forward kernel (``version=`` or ``MLINFRA_ATTENTION_KERNEL``; the
-backward is shared): v1 is described above and is the default. v2 loads tiles through
+backward is shared): v1 is described above. The default is v5 where its measured table
+gives it the shape and it can run (a Hopper GPU, bf16/fp16, head dim 64 or 128, equal
+lengths that are multiples of its tile), v1 everywhere else; see v5 below. v2 loads tiles through
 in-kernel TMA tensor descriptors and folds the scale into one FMA; it was predicted to gain
 5-12% on Hopper and measured 5-20% slower on the H200
 (``benchmarks/results/h200-attention-2026-12-02-v2.json``: a fixed cost per program, most
@@ -65,6 +67,17 @@ Measured in two H200 runs (``benchmarks/results/h200-fwd-overlap-2026-12-04-run*
 search (``...-autotuned.json``): the compiler does not keep the early matmul in flight
 across the softmax (our reading, not profiled), so v4 pays the registers for nothing and
 v1 stays the default.
+v5 (`_gluon_fwd`, `_gluon_kernels`) is FA3's schedule written by hand in Triton's lower-level
+Gluon dialect, where the kernel itself issues the Tensor Core matmuls asynchronously and says
+where to wait (what v4 could not make ``tl`` do): TMA copies into rings of shared-memory
+buffers behind mbarriers, tile j's QK^T issued with P_{j-1} V_{j-1} behind it and tile j's
+softmax run while that second matmul is in flight. Predicted (before the first run): 5-15% over
+v1 at D=128. Measured in two H200 runs of a dozen configurations
+(``benchmarks/results/h200-gluon-configs-2026-12-04-run*.json``), the table's choice per shape
+ran 1.04-1.37x v1 and 0.70-0.95x cuDNN at D=128 (0.79-0.95x at N >= 4k, where v1 reached
+0.74-0.81x), 0.98-1.04x cuDNN at D=64; at D=128 the overlap is worth 2-8% over the same
+kernel's plain schedule, at D=64 the overlap lost to the plain schedule with 128-wide key
+tiles. Causal D=64 at 1k tokens stays on v1 (every v5 configuration was slower there).
 
 Backwards (``backward=`` or ``MLINFRA_ATTENTION_BACKWARD``): "split" (the default) recomputes
 ``QK^T`` and ``dO V^T`` in both backward kernels, so FA2's 5 matmuls become 7, the price of
@@ -113,8 +126,10 @@ __all__ = [
 ]
 
 LOG2E = 1.4426950408889634
-KERNEL_VERSIONS = (1, 2, 3, 4)  # the forward kernels (see the module doc)
-DEFAULT_VERSION = 1  # the forward kernel used when neither the call nor the env picks one
+KERNEL_VERSIONS = (1, 2, 3, 4, 5)  # the forward kernels (see the module doc)
+# the forward kernel used when neither the call nor the env picks one: v5 (Gluon) on the
+# shapes its measured table gives it, v1 everywhere else (no warning: nothing was asked for)
+DEFAULT_VERSION = 5
 # "split": dK/dV and dQ in two kernels, 7 matmuls, no atomics; "atomic": FA2's 5 matmuls,
 # dQ added by every key tile into a float32 buffer with atomics
 BACKWARDS = ("split", "atomic")
@@ -223,6 +238,29 @@ def _descriptors(tensors: tuple[torch.Tensor, ...], rows: int, block_d: int) -> 
     return out
 
 
+def _gluon(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float, asked: bool
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Version 5 where it can run: the table's configuration, or (asked for by name) the
+    fallback one where the table prefers v1; None means run v1 (warning when it was asked)."""
+    from mlinfra_lab.attention import _gluon_fwd as g
+
+    cfg = g.pick_config(q.shape[-1], causal, q.shape[-2])
+    if cfg is None and not asked:
+        return None  # the default, on a shape where v1 measured faster
+    cfg = cfg or g.FALLBACK_CONFIG[causal]
+    why_not = g.unusable(q, k, v, causal, sm_scale, cfg)
+    if why_not:
+        if asked:
+            warnings.warn(
+                f"flash_attention(version=5) cannot run here ({why_not}): ran v1",
+                KernelVersionWarning,
+                stacklevel=5,
+            )
+        return None
+    return g.gluon_forward(q, k, v, causal, sm_scale, cfg)
+
+
 def _forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -230,13 +268,20 @@ def _forward(
     causal: bool,
     sm_scale: float,
     version: int = 1,
+    asked: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launch the forward kernel; returns O and the base-2 LSE ``[B*H, Nq]`` (fp32)."""
+    """Launch the forward kernel; returns O and the base-2 LSE ``[B*H, Nq]`` (fp32).
+    ``asked``: the version was named by the caller or the environment (a fallback warns)."""
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
     assert k.shape == v.shape == (b, h, n_k, d) and q.dtype == k.dtype == v.dtype
     assert not causal or n_q == n_k
+    if version == 5:
+        done = _gluon(q, k, v, causal, sm_scale, asked)
+        if done is not None:
+            return done
+        version = 1
     o = _empty_like(q)
     lse = torch.empty((b * h, n_q), device=q.device, dtype=torch.float32)
     common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype))
@@ -333,9 +378,10 @@ class _FlashAttention(torch.autograd.Function):
         sm_scale: float,
         version: int,
         backward: str,
+        asked: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        o, lse = _forward(q, k, v, causal, sm_scale, version)
+        o, lse = _forward(q, k, v, causal, sm_scale, version, asked)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal, ctx.sm_scale, ctx.backward = causal, sm_scale, backward
         ctx.mark_non_differentiable(lse)
@@ -345,7 +391,7 @@ class _FlashAttention(torch.autograd.Function):
     def backward(ctx: Any, do: torch.Tensor, _dlse: torch.Tensor) -> tuple[Any, ...]:
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.backward)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def _apply(
@@ -361,8 +407,9 @@ def _apply(
     runtime.ensure_triton_mode()  # before the first triton import, when there is no GPU
     _, _, _, _, d = check_kernel_inputs(q, k, v, causal, runtime.triton_interpreted())
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    asked = version is not None or bool(os.environ.get("MLINFRA_ATTENTION_KERNEL"))
     return _FlashAttention.apply(
-        q, k, v, bool(causal), scale, resolve_version(version), resolve_backward(backward)
+        q, k, v, bool(causal), scale, resolve_version(version), resolve_backward(backward), asked
     )
 
 
@@ -395,7 +442,8 @@ def flash_attention(
 
     ``version`` picks the forward kernel (1: pointer loads; 2: tensor descriptors and a
     folded scale; 3: the same with host-built descriptors; 4: v1 with the next tile's QK^T
-    started before this tile's softmax); None means `resolve_version()`'s default. ``backward`` picks the backward ("split": two
+    started before this tile's softmax; 5: FA3's schedule in Gluon, Hopper only); None
+    means `resolve_version()`'s default (v5 on the shapes its table gives it, else v1). ``backward`` picks the backward ("split": two
     kernels, 7 matmuls; "atomic": FA2's 5 matmuls, dQ added with float32 atomics); None
     means `resolve_backward()`'s default.
     The log-sum-exp stays in base 2 (no conversion kernel: the Nsight Compute run of the

@@ -35,7 +35,7 @@ __all__ = ["PROVIDERS", "VERSION_PROVIDERS", "TimingConfig", "measure", "time_ms
 PROVIDERS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "eager")
 # one forward kernel version each, and the default forward with the 5-matmul backward
 # (for A/B runs)
-VERSION_PROVIDERS = ("ours_v1", "ours_v2", "ours_v3", "ours_v4", "ours_atomic")
+VERSION_PROVIDERS = ("ours_v1", "ours_v2", "ours_v3", "ours_v4", "ours_v5", "ours_atomic")
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
@@ -207,14 +207,19 @@ def measure(name: str, shape: tuple, cfg: TimingConfig, device: str) -> list[dic
 def _chosen_tiles(provider: str = "ours") -> dict[str, str]:
     """The tile each kernel ran with last (table entry or autotuner's pick), per mode."""
     from mlinfra_lab.attention._flash_kernels import kernels
+    from mlinfra_lab.attention._gluon_fwd import LAST_CONFIG
     from mlinfra_lab.attention.flash import resolve_backward, resolve_version
 
     version = int(provider[-1]) if provider[-1].isdigit() else resolve_version()
     k = kernels()
-    fwd = "fwd" if version == 1 else f"fwd_v{version}"
+    fwd = "fwd" if version in (1, 5) else f"fwd_v{version}"
     pick = {
         name: str(getattr(k[name], "best_config", "")) for name in (fwd, "dkdv", "dq", "dkdv_dq")
     }
+    if version == 5 and LAST_CONFIG.get("fwd"):  # v5 ran (else v1 ran: the table says so)
+        pick[fwd], version = f"gluon {LAST_CONFIG.pop('fwd')}", 5
+    elif version == 5:
+        version = 1
     atomic = provider == "ours_atomic" or (provider == "ours" and resolve_backward() == "atomic")
     bwd = (
         f"dkdv+dq atomic: {pick['dkdv_dq']}"

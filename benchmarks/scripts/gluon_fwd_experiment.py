@@ -1,0 +1,194 @@
+"""Version 5 (the Gluon forward, `mlinfra_lab.attention._gluon_fwd`) checked and timed on a Hopper GPU.
+
+Usage (on the GPU machine, from the repository root)::
+
+    python benchmarks/scripts/gluon_fwd_experiment.py --out results.json
+    python benchmarks/scripts/gluon_fwd_experiment.py --compile-only   # any machine: sm_90 builds
+
+For each configuration in `CONFIGS` and each head dim / causal flag it checks O and the LSE
+against float32 attention (odd batch x heads, several lengths), then times the forward on
+the benchmark's sweep (16k tokens x 2048 features, bf16) side by side with version 1, SDPA's
+FlashAttention-2 and cuDNN backends, in the same process, alternating providers per shape.
+A configuration that fails to compile or to match is reported and skipped, never timed.
+Times are `triton.testing.do_bench` medians; the JSON records device, versions and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+
+from mlinfra_lab.attention._gluon_fwd import GluonConfig, compile_for_hopper, gluon_forward
+
+G = GluonConfig
+CONFIGS = {
+    64: [
+        G(128, 128, 8, 2, False),
+        G(128, 64, 4, 2, True),
+        G(128, 64, 4, 2, False),
+        G(128, 128, 4, 2, False),
+        G(64, 128, 4, 2, True),  # non-causal only (causal needs BLOCK_M % BLOCK_N == 0)
+        G(64, 64, 4, 2, False),
+    ],
+    128: [
+        G(128, 64, 4, 2, True),
+        G(128, 64, 4, 2, False),
+        G(128, 32, 4, 3, True),
+        G(64, 64, 4, 2, True),
+        G(64, 64, 4, 3, True),
+        G(128, 64, 8, 2, True, maxnreg=128),
+    ],
+}
+LENGTHS = (1024, 2048, 4096, 8192, 16384)
+TOKENS, FEATURES = 16384, 2048
+
+
+def reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float32 attention and its base-2 log-sum-exp (the kernels' LSE convention)."""
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(
+            torch.ones(n, n, device=q.device, dtype=torch.bool).triu(1), float("-inf")
+        )
+    lse2 = torch.logsumexp(s, -1) / math.log(2)
+    return torch.softmax(s, -1) @ v.float(), lse2
+
+
+def check(cfg: GluonConfig, d: int, causal: bool) -> dict:
+    """Max errors of O and LSE against float32, over a few shapes (odd batch x heads)."""
+    worst_o = worst_lse = 0.0
+    for b, h, n in ((1, 3, 128), (2, 3, 384), (1, 5, 1024), (2, 2, 2048)):
+        if n % cfg.block_m or n % cfg.block_n:
+            continue
+        g = torch.Generator(device="cuda").manual_seed(n + d)
+        q, k, v = (
+            torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+            for _ in range(3)
+        )
+        scale = d**-0.5
+        o, lse = gluon_forward(q, k, v, causal, scale, cfg)
+        ref_o, ref_lse = reference(q, k, v, causal, scale)
+        worst_o = max(worst_o, (o.float() - ref_o).abs().max().item())
+        worst_lse = max(worst_lse, (lse.view(b, h, n) - ref_lse).abs().max().item())
+    return {
+        "max_err_o": worst_o,
+        "max_err_lse": worst_lse,
+        "ok": worst_o < 2e-2 and worst_lse < 1e-2,
+    }
+
+
+def flops(b: int, h: int, n: int, d: int, causal: bool) -> float:
+    return 4 * b * h * n * n * d / (2 if causal else 1)
+
+
+def time_shape(d: int, n: int, causal: bool, fns: dict) -> dict:
+    from triton.testing import do_bench
+
+    b, h = TOKENS // n, FEATURES // d
+    g = torch.Generator(device="cuda").manual_seed(n + d)
+    q, k, v = (
+        torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3)
+    )
+    out = {}
+    for name, fn in fns.items():
+        try:
+            ms = do_bench(
+                lambda fn=fn: fn(q, k, v, causal), warmup=25, rep=100, return_mode="median"
+            )
+            out[name] = flops(b, h, n, d, causal) / ms * 1e-9
+        except Exception as err:  # noqa: BLE001 - a provider refusing a shape is a result
+            out[name] = f"error: {str(err).splitlines()[0][:200]}"
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write the results here (JSON)")
+    parser.add_argument("--compile-only", action="store_true", help="build for sm_90, no GPU")
+    args = parser.parse_args()
+    import triton
+
+    if args.compile_only:
+        for d, cfgs in CONFIGS.items():
+            for cfg in cfgs:
+                for causal in (False, True):
+                    k = compile_for_hopper(d, causal, cfg)
+                    print(f"D={d} causal={causal} {cfg.name}: smem {k.metadata.shared} B")
+        return 0
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from mlinfra_lab.attention.flash import flash_attention
+
+    def sdpa_with(backend: SDPBackend) -> Callable[..., torch.Tensor]:
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+            with sdpa_kernel(backend):
+                return sdpa(q, k, v, is_causal=causal)
+
+        return call
+
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "tokens": TOKENS,
+        "features": FEATURES,
+        "dtype": "bfloat16",
+        "checks": [],
+        "rows": [],
+    }
+    with torch.no_grad():
+        for d, cfgs in CONFIGS.items():
+            good = {}
+            for cfg in cfgs:
+                for causal in (False, True):
+                    if causal and cfg.block_m % cfg.block_n:
+                        continue  # never launched: the diagonal program would wait forever
+                    entry = {"head_dim": d, "causal": causal, "config": cfg.name}
+                    try:
+                        entry.update(check(cfg, d, causal))
+                    except Exception as err:  # noqa: BLE001 - reported, then skipped
+                        entry.update(ok=False, error=traceback.format_exc(limit=3)[-1500:])
+                        print(f"D={d} causal={causal} {cfg.name}: {type(err).__name__}: {err}")
+                    print(json.dumps(entry))
+                    result["checks"].append(entry)
+                    if entry["ok"]:
+                        good.setdefault(causal, {})[cfg.name] = cfg
+            for causal in (False, True):
+                for n in LENGTHS:
+                    fns = {"v1": lambda q, k, v, c: flash_attention(q, k, v, causal=c, version=1)}
+                    for name, cfg in good.get(causal, {}).items():
+                        if n % cfg.block_m == 0:
+                            fns[name] = lambda q, k, v, c, cfg=cfg: gluon_forward(
+                                q, k, v, c, q.shape[-1] ** -0.5, cfg
+                            )[0]
+                    fns["sdpa_flash"] = sdpa_with(SDPBackend.FLASH_ATTENTION)
+                    fns["sdpa_cudnn"] = sdpa_with(SDPBackend.CUDNN_ATTENTION)
+                    row = {"head_dim": d, "seq": n, "causal": causal}
+                    row["tflops"] = time_shape(d, n, causal, fns)
+                    print(json.dumps(row))
+                    result["rows"].append(row)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
