@@ -51,6 +51,7 @@ def test_default_sweeps_say_which_kernel_ran_and_their_ranges_hold():
     ranges = gluon_runs.default_ranges(runs)
     below = [r for r in rows if r["over_sdpa_flash"] < 1.25]
     assert ranges["below_bar"] == len(below) and ranges["runs"] == len(runs)
+    assert sum(ranges["below_bar_per_run"]) == len(below)
     assert ranges["flash_lo"] == min(r["over_sdpa_flash"] for r in rows)
     v5 = [r["over_v1"] for r in rows if r["ran"].startswith("v5")]
     assert (ranges["v1_lo"], ranges["v1_hi"]) == (min(v5), max(v5))

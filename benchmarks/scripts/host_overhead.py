@@ -5,11 +5,12 @@ Usage (on a GPU machine, from the repository root)::
     python benchmarks/scripts/host_overhead.py --out host-overhead.json
 
 For each provider and shape it launches the forward ``CALLS`` times back to back and reports
-two numbers per call: the host's wall time to issue the launches (``host_us``: Python, the
-autograd function, the launcher; no synchronisation inside the loop) and the GPU's time for
-the same calls (``gpu_us``: CUDA events around the loop, after a synchronise). When
-``host_us`` is at or above ``gpu_us`` the GPU waits for Python between kernels and a
-benchmark of that shape measures the launcher, not the kernel. Inputs require grad, as in
+three numbers per call: the host's wall time to issue the launches (``host_us``: Python, the
+autograd function, the launcher; no synchronisation inside the loop), the GPU's time for the
+same calls (``gpu_us``: CUDA events around the loop), and the benchmark's own timing of one
+call (``bench_us``: `triton.testing.do_bench`, the L2 cache cleared before each call). When
+``host_us`` is at or above ``gpu_us`` the GPU waits for Python between kernels. Each shape
+first runs its providers for half a second, so the GPU is at its working clock. Inputs require grad, as in
 `mlinfra-lab bench attention`; ``--no-grad`` times the bare forward instead.
 """
 
@@ -34,11 +35,17 @@ SHAPES = [(16, 16, 1024, 128, True), (16, 32, 1024, 64, True), (16, 16, 1024, 12
 PROVIDERS = ("ours", "ours_v1", "sdpa_flash", "sdpa_cudnn")
 
 
-def per_call_us(fn: Callable[[], object]) -> tuple[float, float]:
-    """(host µs, GPU µs) per call over CALLS back-to-back calls, after a warm-up."""
-    for _ in range(10):
+def warm(fn: Callable[[], object], seconds: float = 0.5) -> None:
+    """Run `fn` for `seconds` (the GPU leaves its idle clock), then synchronise."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
         fn()
     torch.cuda.synchronize()
+
+
+def per_call_us(fn: Callable[[], object]) -> tuple[float, float]:
+    """(host µs, GPU µs) per call over CALLS back-to-back calls, after a warm-up."""
+    warm(fn)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     t0 = time.perf_counter()
@@ -56,6 +63,7 @@ def main() -> int:
     parser.add_argument("--no-grad", action="store_true", help="inputs without requires_grad")
     args = parser.parse_args()
     import triton
+    from triton.testing import do_bench
 
     rows = []
     for b, h, n, d, causal in SHAPES:
@@ -68,9 +76,11 @@ def main() -> int:
         )
         for name in PROVIDERS:
             fn = _provider_fn(name, n, causal, "cuda")
-            host, gpu = per_call_us(lambda fn=fn, c=causal, t=(q, k, v): fn(*t, c))
+            call = lambda fn=fn, c=causal, t=(q, k, v): fn(*t, c)  # noqa: E731
+            host, gpu = per_call_us(call)
+            bench = do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
             row = dict(provider=name, batch=b, heads=h, seq=n, head_dim=d, causal=causal)
-            row.update(host_us=round(host, 1), gpu_us=round(gpu, 1))
+            row.update(host_us=round(host, 1), gpu_us=round(gpu, 1), bench_us=round(bench, 1))
             rows.append(row)
             print(json.dumps(row))
     result = {

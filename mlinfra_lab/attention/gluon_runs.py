@@ -115,7 +115,8 @@ def default_ranges(runs: list[dict[str, Any]], bar: float = 1.25) -> dict[str, A
     (``v1_lo``/``v1_hi``); over cuDNN at 4k tokens or more, per head dim (``cudnn64_lo`` ...
     ``cudnn128_hi``) and version 1's at D=128 (``v1_cudnn128_lo``/``_hi``); over SDPA's
     FlashAttention-2 everywhere (``flash_lo``/``flash_hi``, ``flash_worst_shape``) and the
-    shape-runs below `bar` (``below_bar``: how many, ``below_bar_shapes``: which)."""
+    shape-runs below `bar` (``below_bar``: how many, ``below_bar_shapes``: which,
+    ``below_bar_per_run``: how many in each run, oldest first)."""
     rows = [r for run in runs for r in default_table(run)]
     if not rows:
         raise ValueError("no default-kernel sweep found: run the benchmark with ours,ours_v1")
@@ -142,6 +143,9 @@ def default_ranges(runs: list[dict[str, Any]], bar: float = 1.25) -> dict[str, A
         flash_worst_shape=_shape(worst),
         below_bar=len(below),
         below_bar_shapes=sorted({_shape(r) for r in below}),
+        below_bar_per_run=[
+            sum(r["over_sdpa_flash"] < bar for r in default_table(run)) for run in runs
+        ],
     )
 
 
