@@ -38,3 +38,39 @@ def test_record_names_the_error_the_timeout_and_the_slowest_cell(tmp_path):
     reasons = {c["cell"]: c["message"] for c in second["failed_cells"]}
     assert "ZeroDivisionError" in reasons["Cell 0"], reasons
     assert "Timeout of 4 seconds" in reasons["Cell 1"], reasons
+
+
+def test_kernel_starts_hold_one_lock_across_processes(tmp_path, monkeypatch):
+    """A kernel start runs holding the shared lock (another holder would block), releases it
+    after, and the plugin wraps nbval's start only when the lock file is named."""
+    import fcntl
+
+    import nbval.kernel
+
+    from mlinfra_lab.ci import kernel_start_lock
+
+    path = tmp_path / "kernel-start.lock"
+    seen = []
+
+    def fake_start(*args, **kwargs):
+        with open(path, "a") as other:  # a second open file description: as another process
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen.append("free")
+            except BlockingIOError:
+                seen.append("held")
+        return args, kwargs
+
+    assert kernel_start_lock.locked(fake_start, str(path))(1, k=2) == ((1,), {"k": 2})
+    assert seen == ["held"]
+    with open(path, "a") as other:  # released afterwards
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    original = nbval.kernel.start_new_kernel
+    monkeypatch.delenv(kernel_start_lock.ENV, raising=False)
+    kernel_start_lock.pytest_configure(None)
+    assert nbval.kernel.start_new_kernel is original
+    monkeypatch.setenv(kernel_start_lock.ENV, str(path))
+    monkeypatch.setattr(nbval.kernel, "start_new_kernel", original)
+    kernel_start_lock.pytest_configure(None)
+    assert nbval.kernel.start_new_kernel.__name__ == "start_one_at_a_time"

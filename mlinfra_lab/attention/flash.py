@@ -78,6 +78,13 @@ ran 1.04-1.37x v1 and 0.70-0.95x cuDNN at D=128 (0.79-0.95x at N >= 4k, where v1
 0.74-0.81x), 0.98-1.04x cuDNN at D=64; at D=128 the overlap is worth 2-8% over the same
 kernel's plain schedule, at D=64 the overlap lost to the plain schedule with 128-wide key
 tiles. Causal D=64 at 1k tokens stays on v1 (every v5 configuration was slower there).
+Three sweeps of the benchmark with the default kernel
+(``benchmarks/results/h200-fwd-v5-default-2026-12-04-run*.json``): 0.86-0.94x cuDNN at D=128
+and N >= 4k (v1 in the same runs: 0.75-0.79x), 0.96-1.06x at D=64; at least 1.25x SDPA's
+FlashAttention-2 on every shape of the third sweep, below it on 1 and 3 shapes (1k-2k
+tokens) of the first two, which ran before the launcher cached its per-call answers; at 1k
+tokens the launch path costs about as much as the kernel
+(``benchmarks/results/h200-host-overhead-2026-12-04.json``).
 
 Backwards (``backward=`` or ``MLINFRA_ATTENTION_BACKWARD``): "split" (the default) recomputes
 ``QK^T`` and ``dO V^T`` in both backward kernels, so FA2's 5 matmuls become 7, the price of

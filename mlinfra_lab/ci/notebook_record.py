@@ -9,6 +9,9 @@ cell and, for every failing cell, why (the timeout or the exception). The exit s
 Design decisions:
 - One pytest process per notebook: a notebook that kills its kernel or hangs costs only its
   own record, and each notebook's seconds include its kernel's start, as a reader sees it.
+- Kernels start one at a time (`kernel_start_lock`, a file lock held from port pick to the
+  kernel's first reply): with ``--jobs`` > 1, two kernels starting together could pick the
+  same port, and one dies before running a cell.
 - Cell times come from pytest's JUnit XML (nbval makes each cell a test item), so the
   record can show that no cell ran past the budget a reader would accept.
 - The record is what the README and the chapters cite for "every notebook passes on the
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import re
 import subprocess
@@ -31,6 +35,8 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from mlinfra_lab.ci import kernel_start_lock
 
 __all__ = ["device_info", "failure_reason", "main", "record_notebooks", "run_notebook"]
 
@@ -99,8 +105,15 @@ def _cells_from_junit(path: Path) -> list[dict[str, Any]]:
     return cells
 
 
-def run_notebook(notebook: Path, cell_timeout: float) -> dict[str, Any]:
-    """Run one notebook under nbval in its own pytest process; return its record entry."""
+def run_notebook(
+    notebook: Path, cell_timeout: float, kernel_lock: Path | None = None
+) -> dict[str, Any]:
+    """Run one notebook under nbval in its own pytest process; return its record entry.
+    With `kernel_lock`, its kernel starts only while no other holder of that file starts one
+    (`kernel_start_lock`: parallel kernels can otherwise pick the same port)."""
+    env = dict(os.environ)
+    if kernel_lock is not None:
+        env[kernel_start_lock.ENV] = str(kernel_lock)
     with tempfile.TemporaryDirectory(prefix="mlinfra-nbrecord-") as tmp:
         junit = Path(tmp) / "junit.xml"
         command = [
@@ -110,6 +123,8 @@ def run_notebook(notebook: Path, cell_timeout: float) -> dict[str, Any]:
             "-q",
             "-p",
             "no:cacheprovider",
+            "-p",
+            "mlinfra_lab.ci.kernel_start_lock",
             "--nbval-lax",
             "--nbval-current-env",
             f"--nbval-cell-timeout={cell_timeout:g}",
@@ -117,7 +132,7 @@ def run_notebook(notebook: Path, cell_timeout: float) -> dict[str, Any]:
             str(notebook),
         ]
         start = time.perf_counter()
-        proc = subprocess.run(command, capture_output=True, text=True, check=False)
+        proc = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
         seconds = time.perf_counter() - start
         cells = _cells_from_junit(junit)
     failed = [c for c in cells if c["failed"]]
@@ -162,8 +177,12 @@ def record_notebooks(
         for cell in entry["failed_cells"]:
             print(f"    {cell['cell']}: {cell['message']}", flush=True)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on processes
-        futures = [pool.submit(run_notebook, nb, cell_timeout) for nb in notebooks]
+    with (
+        tempfile.TemporaryDirectory(prefix="mlinfra-kernel-lock-") as tmp,
+        ThreadPoolExecutor(max_workers=jobs) as pool,  # threads only wait on processes
+    ):
+        lock = Path(tmp) / "kernel-start.lock"
+        futures = [pool.submit(run_notebook, nb, cell_timeout, lock) for nb in notebooks]
         entries = []
         for k, (notebook, future) in enumerate(zip(notebooks, futures, strict=True), 1):
             entries.append(future.result())
