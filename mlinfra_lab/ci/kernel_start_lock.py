@@ -8,9 +8,11 @@ until the kernel answers (``wait_for_ready``). Without the variable it changes n
 Why: jupyter_client picks five free TCP ports, closes them, and the kernel binds them a
 moment later. Two kernels starting at once in separate processes can pick the same port;
 the loser dies before it replies ("Kernel died before replying to kernel_info"), failing every
-cell of its notebook. `notebook_record --jobs 4` hit exactly that on the H200 (chapter 4, all
-24 cells, 2026-12-04). Holding one lock across the pick-and-bind window removes the race
-between our own kernels; the notebooks still run in parallel once started.
+cell of its notebook. `notebook_record --jobs 4` failed that way once on the H200 (chapter 4,
+all 24 cells, 2026-12-04; nbval discards the kernel's stderr, so the port collision is our
+reading of a known jupyter_client race, not a captured message). Holding one lock across the
+pick-and-bind window removes the race between our own kernels; the notebooks still run in
+parallel once started.
 """
 
 from __future__ import annotations
