@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlinfra_lab.attention.versions import finish_ratio_plot
+
 __all__ = [
     "CONFIG_RUNS_PATTERN",
     "DEFAULT_RUNS_PATTERN",
@@ -172,9 +174,4 @@ def plot_default_ratios(runs: list[dict[str, Any]], ax: Any = None) -> Any:
                 label = f"{who}, D={d}{' causal' if causal else ''}" if run_no == 0 else None
                 pts = [(r["seq"], r[key]) for r in mine]
                 ax.plot(*zip(*pts, strict=True), style, color=f"C{c}", lw=1, ms=3, label=label)
-    ax.axhline(1.0, color="gray", lw=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("sequence length N (batch x N = 16k tokens)")
-    ax.set_ylabel("forward TFLOP/s over cuDNN, same run")
-    ax.legend(fontsize=6, ncol=2)
-    return ax
+    return finish_ratio_plot(ax, "forward TFLOP/s over cuDNN, same run")

@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from mlinfra_lab.attention.versions import finish_ratio_plot
+
 __all__ = [
     "atomic_traffic",
     "backward_summary",
@@ -157,12 +159,7 @@ def plot_backward_ratios(runs: list[dict[str, Any]], ax: Any = None) -> Any:
             if pts:
                 label = f"D={d}{' causal' if causal else ''}" if run_no == 0 else None
                 ax.plot(*zip(*pts, strict=True), "o-", color=f"C{c}", lw=1, ms=3, label=label)
-    ax.axhline(1.0, color="gray", lw=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("sequence length N (batch x N = 16k tokens)")
-    ax.set_ylabel("backward TFLOP/s, 5-matmul / split")
-    ax.legend(fontsize=7)
-    return ax
+    return finish_ratio_plot(ax, "backward TFLOP/s, 5-matmul / split", fontsize=7, ncol=1)
 
 
 def warp_specialize_probe() -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ from typing import Any
 
 __all__ = [
     "committed_version_runs",
+    "finish_ratio_plot",
     "plot_version_ratios",
     "version_ranges",
     "version_summary",
@@ -168,9 +169,15 @@ def plot_version_ratios(
                     continue
                 label = f"v{k}/v1, D={d}{' causal' if causal else ''}" if run_no == 0 else None
                 ax.plot(*zip(*pts, strict=True), style, color=f"C{c}", lw=1, ms=3, label=label)
+    return finish_ratio_plot(ax, "forward TFLOP/s over v1, same run")
+
+
+def finish_ratio_plot(ax: Any, ylabel: str, **legend: Any) -> Any:
+    """The axes every ratio-against-length plot of chapter 1 shares: a line at 1, N on a log2
+    axis (the sweep's 16k tokens), `ylabel`, a small legend (`legend` overrides its style)."""
     ax.axhline(1.0, color="gray", lw=1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("sequence length N (batch x N = 16k tokens)")
-    ax.set_ylabel("forward TFLOP/s over v1, same run")
-    ax.legend(fontsize=6, ncol=2)
+    ax.set_ylabel(ylabel)
+    ax.legend(**({"fontsize": 6, "ncol": 2} | legend))
     return ax
