@@ -39,6 +39,10 @@ from mlinfra_lab.attention._checks import KERNEL_HEAD_DIM_RANGE
 from mlinfra_lab.attention.flash import KERNEL_VERSIONS
 from mlinfra_lab.errors import MlinfraError
 
+# the Triton kernels, whose tiles this module times; version 5 (Gluon) has its own
+# configurations (`_gluon_fwd.GluonConfig`, timed by benchmarks/scripts/gluon_fwd_experiment.py)
+TILED_VERSIONS = tuple(v for v in KERNEL_VERSIONS if v != 5)
+
 __all__ = [
     "TileConfigError",
     "TileTiming",
@@ -121,8 +125,11 @@ def check_tile_config(
     lo, hi = KERNEL_HEAD_DIM_RANGE
     if not isinstance(head_dim, int) or not lo <= head_dim <= hi:
         raise TileConfigError(f"head_dim={head_dim!r}: the kernel takes {lo} to {hi}")
-    if version not in KERNEL_VERSIONS:
-        raise TileConfigError(f"version={version!r}: use one of {KERNEL_VERSIONS}")
+    if version not in TILED_VERSIONS:
+        raise TileConfigError(
+            f"version={version!r}: use one of {TILED_VERSIONS} (version 5, the Gluon kernel, "
+            "has its own configurations: mlinfra_lab.attention._gluon_fwd.GluonConfig)"
+        )
 
 
 @lru_cache(maxsize=2)
