@@ -43,8 +43,8 @@ query tile (``ceil(N / BLOCK_M)`` passes, mostly served by L2), no score matrix.
 Versions of the forward kernel (``version=`` or ``MLINFRA_ATTENTION_KERNEL``; the
 backward is shared): v1 is described above. The default is v5 where its measured table
 gives it the shape and it can run (a Hopper GPU, bf16/fp16, head dim 64 or 128, equal
-lengths that are multiples of its tile), v1 everywhere else; see v5 below. v2 loads tiles through
-in-kernel TMA tensor descriptors and folds the scale into one FMA; it was predicted to gain
+lengths that are multiples of its tile), v1 everywhere else; see v5 below. v2 loads tiles
+through in-kernel TMA tensor descriptors and folds the scale into one FMA; it was predicted to gain
 5-12% on Hopper and measured 5-20% slower on the H200
 (``benchmarks/results/h200-attention-2026-12-02-v2.json``: a fixed cost per program, most
 likely the descriptor creation), so it stays as a documented, tested alternative. v2 needs a
@@ -73,11 +73,11 @@ where to wait (what v4 could not make ``tl`` do): TMA copies into rings of share
 buffers behind mbarriers, tile j's QK^T issued with P_{j-1} V_{j-1} behind it and tile j's
 softmax run while that second matmul is in flight. Predicted (before the first run): 5-15% over
 v1 at D=128. Measured in two H200 runs of a dozen configurations
-(``benchmarks/results/h200-gluon-configs-2026-12-04-run*.json``), the table's choice per shape
-ran 1.04-1.37x v1 and 0.70-0.95x cuDNN at D=128 (0.79-0.95x at N >= 4k, where v1 reached
-0.74-0.81x), 0.98-1.04x cuDNN at D=64; at D=128 the overlap is worth 2-8% over the same
-kernel's plain schedule, at D=64 the overlap lost to the plain schedule with 128-wide key
-tiles. Causal D=64 at 1k tokens stays on v1 (every v5 configuration was slower there).
+(``benchmarks/results/h200-gluon-configs-2026-12-04-run*.json``), the best configuration per
+shape ran 1.04-1.37x v1 and 0.72-0.95x cuDNN at D=128 (0.79-0.95x at N >= 4k, where v1 reached
+0.74-0.81x), 0.92-1.21x v1 and 0.76-1.07x cuDNN at D=64; at D=128 the overlap is worth 2-8%
+over the same kernel's plain schedule, at D=64 the plain schedule won most shapes. Causal
+D=64 at 1k tokens stays on v1 (every v5 configuration was slower there).
 Three sweeps of the benchmark with the default kernel
 (``benchmarks/results/h200-fwd-v5-default-2026-12-04-run*.json``): 0.86-0.94x cuDNN at D=128
 and N >= 4k (v1 in the same runs: 0.75-0.79x), 0.96-1.06x at D=64; at least 1.25x SDPA's
@@ -450,9 +450,9 @@ def flash_attention(
     ``version`` picks the forward kernel (1: pointer loads; 2: tensor descriptors and a
     folded scale; 3: the same with host-built descriptors; 4: v1 with the next tile's QK^T
     started before this tile's softmax; 5: FA3's schedule in Gluon, Hopper only); None
-    means `resolve_version()`'s default (v5 on the shapes its table gives it, else v1). ``backward`` picks the backward ("split": two
-    kernels, 7 matmuls; "atomic": FA2's 5 matmuls, dQ added with float32 atomics); None
-    means `resolve_backward()`'s default.
+    means `resolve_version()`'s default (v5 on the shapes its table gives it, else v1).
+    ``backward`` picks the backward ("split": two kernels, 7 matmuls; "atomic": FA2's 5
+    matmuls, dQ added with float32 atomics); None means `resolve_backward()`'s default.
     The log-sum-exp stays in base 2 (no conversion kernel: the Nsight Compute run of the
     chapter found one extra launch per forward when this called `flash_attention_lse`)."""
     return _apply(q, k, v, causal, sm_scale, version, backward)[0]
