@@ -26,7 +26,6 @@ process with a time limit (`--child`), and times only configurations whose check
 import argparse
 import datetime
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
+from gluon_fwd_experiment import reference  # this folder's script: the float32 reference
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.language.core import _aggregate as aggregate
 
-from mlinfra_lab.attention._gluon_kernels import _softmax_tile
+from mlinfra_lab.attention._gluon_kernels import _softmax_tile, wgmma_layout
 
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
@@ -144,12 +144,8 @@ def _consumer(
     OVERLAP: gl.constexpr = part.OVERLAP
     NUM_WARPS: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_N, 16]
-    )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, HEAD_DIM, 16]
-    )
+    s_layout: gl.constexpr = wgmma_layout(NUM_WARPS, BLOCK_N)
+    o_layout: gl.constexpr = wgmma_layout(NUM_WARPS, HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -391,13 +387,8 @@ def check_one(name: str) -> dict:
                     for _ in range(3)
                 )
                 o, lse = ws_forward(q, k, v, causal, config)
-                s = (q.float() @ k.float().transpose(-1, -2)) * d**-0.5
-                if causal:
-                    mask = torch.ones(n, n, device="cuda", dtype=torch.bool).triu(1)
-                    s = s.masked_fill(mask, float("-inf"))
-                ref = torch.softmax(s, -1) @ v.float()
+                ref, ref_lse = reference(q, k, v, causal, d**-0.5)
                 worst_o = max(worst_o, (o.float() - ref).abs().max().item())
-                ref_lse = torch.logsumexp(s, -1) / math.log(2)
                 worst_lse = max(worst_lse, (lse.view(b, h, n) - ref_lse).abs().max().item())
     return {
         "max_err_o": worst_o,

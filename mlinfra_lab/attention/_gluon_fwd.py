@@ -48,6 +48,7 @@ __all__ = [
     "GluonConfig",
     "compile_for_hopper",
     "gluon_forward",
+    "launch",
     "pick_config",
     "shape_problem",
     "unusable",
@@ -189,14 +190,29 @@ def gluon_forward(
     sm_scale: float,
     config: GluonConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Version 5's forward: O and the base-2 LSE ``[B*H, N]`` (see the module doc)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
+    """Version 5's forward: O and the base-2 LSE ``[B*H, N]`` (see the module doc); raises
+    ValueError, saying why, on inputs it cannot take."""
     b, h, n, d = q.shape
     cfg = config or pick_config(d, causal, n) or FALLBACK_CONFIG[causal]
     why = unusable(q, k, v, causal, sm_scale, cfg)
     if why:
         raise ValueError(f"the Gluon forward cannot run here: {why}")
+    return launch(q, k, v, causal, sm_scale, cfg)
+
+
+def launch(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    sm_scale: float,
+    cfg: GluonConfig,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`gluon_forward` without the checks, for a caller that has just run `unusable` (the
+    launcher in `flash`: the checks run once per call, not twice)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    b, h, n, d = q.shape
     LAST_CONFIG["fwd"] = cfg.name
     o = torch.empty_like(q)
     lse = torch.empty((b * h, n), device=q.device, dtype=torch.float32)

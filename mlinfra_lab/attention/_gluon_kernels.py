@@ -18,12 +18,22 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-__all__ = ["attn_fwd"]
+__all__ = ["attn_fwd", "wgmma_layout"]
 
 # Triton 3.6 names the TMA copies async_copy_global_to_shared / _shared_to_global; later
 # releases call them async_load / async_store (and refuse the old names)
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+
+@gluon.constexpr_function
+def wgmma_layout(num_warps: int, cols: int) -> gl.NVMMADistributedLayout:
+    """The layout of a wgmma accumulator ``cols`` wide: warps stacked along the rows (16 rows
+    per warp), one instruction as wide as the tile. S (``cols`` = BLOCK_N) and O (``cols`` =
+    HEAD_DIM) then share the row ownership, so row vectors move between them for free."""
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, cols, 16]
+    )
 
 
 @gluon.jit
@@ -81,15 +91,8 @@ def attn_fwd(
 ):
     NUM_WARPS: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = q_desc.dtype
-    # wgmma accumulators: warps stacked along the rows (16 rows per warp), one instruction
-    # as wide as the tile; S and O share the row ownership, so row vectors move between
-    # their layouts without data movement
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_N, 16]
-    )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, HEAD_DIM, 16]
-    )
+    s_layout: gl.constexpr = wgmma_layout(NUM_WARPS, BLOCK_N)
+    o_layout: gl.constexpr = wgmma_layout(NUM_WARPS, HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)

@@ -265,7 +265,7 @@ def _gluon(
                 stacklevel=5,
             )
         return None
-    return g.gluon_forward(q, k, v, causal, sm_scale, cfg)
+    return g.launch(q, k, v, causal, sm_scale, cfg)  # `unusable` ran just above
 
 
 def _forward(

@@ -14,6 +14,9 @@ Contract:
   ratios over v1, cuDNN and SDPA's FlashAttention-2 and which kernel ran (``ran``);
   ``default_ranges(runs)`` the ranges chapter 1 quotes; ``plot_default_ratios(runs)`` the
   forward over cuDNN against N, the default kernel and version 1 in the same runs.
+- ``host_rows(record)``: the rows of ``benchmarks/scripts/host_overhead.py``'s record with
+  ``host_over_gpu`` and ``bound`` ("host" where the host needs at least `HOST_BOUND` of the
+  GPU's time per call back to back: the GPU then waits for Python).
 
 Design decisions:
 - A ratio is only taken inside one file (both timed in the same process, interleaved), as in
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlinfra_lab.attention.versions import finish_ratio_plot
+from mlinfra_lab.attention.versions import committed_version_runs, finish_ratio_plot, shape_label
 
 __all__ = [
     "CONFIG_RUNS_PATTERN",
@@ -36,6 +39,7 @@ __all__ = [
     "config_table",
     "default_ranges",
     "default_table",
+    "host_rows",
     "plot_default_ratios",
     "schedule_gain",
 ]
@@ -43,22 +47,17 @@ __all__ = [
 CONFIG_RUNS_PATTERN = "h200-gluon-configs-*-run*.json"
 DEFAULT_RUNS_PATTERN = "h200-fwd-v5-default-*-run*.json"
 ANCHORS = ("v1", "sdpa_flash", "sdpa_cudnn")
-
-
-def _committed(pattern: str) -> list[dict[str, Any]]:
-    from mlinfra_lab.attention.bench import committed_results, load_result
-
-    return [{**load_result(p), "file": p.name} for p in committed_results(pattern)]
+HOST_BOUND = 0.9  # host time / GPU time per call from which the GPU waits for Python
 
 
 def committed_config_runs() -> list[dict[str, Any]]:
     """The committed configuration searches (oldest first); empty without the repository."""
-    return _committed(CONFIG_RUNS_PATTERN)
+    return committed_version_runs(CONFIG_RUNS_PATTERN)
 
 
 def committed_default_runs() -> list[dict[str, Any]]:
     """The committed sweeps of the default kernel (oldest first); empty without the repository."""
-    return _committed(DEFAULT_RUNS_PATTERN)
+    return committed_version_runs(DEFAULT_RUNS_PATTERN)
 
 
 def config_table(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -142,17 +141,13 @@ def default_ranges(runs: list[dict[str, Any]], bar: float = 1.25) -> dict[str, A
         v1_cudnn128_hi=max(cudnn(128, "v1_over_sdpa_cudnn")),
         flash_lo=worst["over_sdpa_flash"],
         flash_hi=max(r["over_sdpa_flash"] for r in rows),
-        flash_worst_shape=_shape(worst),
+        flash_worst_shape=shape_label(worst),
         below_bar=len(below),
-        below_bar_shapes=sorted({_shape(r) for r in below}),
+        below_bar_shapes=sorted({shape_label(r) for r in below}),
         below_bar_per_run=[
             sum(r["over_sdpa_flash"] < bar for r in default_table(run)) for run in runs
         ],
     )
-
-
-def _shape(r: dict[str, Any]) -> str:
-    return f"D={r['head_dim']}, {'causal' if r['causal'] else 'non-causal'}, N={r['seq']}"
 
 
 def plot_default_ratios(runs: list[dict[str, Any]], ax: Any = None) -> Any:
@@ -175,3 +170,12 @@ def plot_default_ratios(runs: list[dict[str, Any]], ax: Any = None) -> Any:
                 pts = [(r["seq"], r[key]) for r in mine]
                 ax.plot(*zip(*pts, strict=True), style, color=f"C{c}", lw=1, ms=3, label=label)
     return finish_ratio_plot(ax, "forward TFLOP/s over cuDNN, same run")
+
+
+def host_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The host-overhead record's rows, each with ``host_over_gpu`` and ``bound``."""
+    out = []
+    for r in record["rows"]:
+        ratio = r["host_us"] / r["gpu_us"]
+        out.append(dict(r, host_over_gpu=ratio, bound="host" if ratio >= HOST_BOUND else "GPU"))
+    return out

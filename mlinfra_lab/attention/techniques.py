@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mlinfra_lab.attention.versions import finish_ratio_plot
+from mlinfra_lab.attention.versions import committed_version_runs, finish_ratio_plot, shape_label
 
 __all__ = [
     "atomic_traffic",
@@ -80,9 +80,6 @@ def backward_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if not rows:
         raise ValueError("no run timed both backwards: run the benchmark with ours_atomic")
 
-    def shape(r: dict[str, Any]) -> str:
-        return f"D={r['head_dim']}, {'causal' if r['causal'] else 'non-causal'}, N={r['seq']}"
-
     def ratios(d: int) -> list[float]:
         return [r["atomic_over_split"] for r in rows if r["head_dim"] == d]
 
@@ -98,8 +95,8 @@ def backward_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         shapes=len({(r["head_dim"], r["causal"], r["seq"]) for r in rows}),
         lo=worst["atomic_over_split"],
         hi=best["atomic_over_split"],
-        worst_shape=shape(worst),
-        best_shape=shape(best),
+        worst_shape=shape_label(worst),
+        best_shape=shape_label(best),
         d64_lo=min(ratios(64)),
         d64_hi=max(ratios(64)),
         d128_lo=min(ratios(128)),
@@ -135,9 +132,7 @@ def atomic_traffic(result: dict[str, Any], head_dim: int = 128, seq: int = 4096)
 def committed_backward_runs() -> list[dict[str, Any]]:
     """The committed runs of both backwards (oldest first), each with its file name under
     ``"file"``; empty when the package runs without the repository's results."""
-    from mlinfra_lab.attention.bench import committed_results, load_result
-
-    return [{**load_result(p), "file": p.name} for p in committed_results(RUNS_PATTERN)]
+    return committed_version_runs(RUNS_PATTERN)
 
 
 def plot_backward_ratios(runs: list[dict[str, Any]], ax: Any = None) -> Any:

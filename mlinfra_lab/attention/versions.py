@@ -28,6 +28,7 @@ from typing import Any
 __all__ = [
     "committed_version_runs",
     "finish_ratio_plot",
+    "shape_label",
     "plot_version_ratios",
     "version_ranges",
     "version_summary",
@@ -93,7 +94,7 @@ def version_summary(runs: list[dict[str, Any]], version: int = 3) -> dict[str, A
         d64_hi=max(d64),
         d128_lo=d128[1],
         d128_hi=d128[-1],
-        worst_shape=f"D={worst[0]}, {'causal' if worst[1] else 'non-causal'}, N={worst[2]}",
+        worst_shape=shape_label(dict(zip(("head_dim", "causal", "seq"), worst, strict=True))),
         worst=min(by_shape[worst]),
         worst_other=max(by_shape[worst]),
         long128_hi=max(long128),
@@ -105,9 +106,10 @@ def version_summary(runs: list[dict[str, Any]], version: int = 3) -> dict[str, A
 
 
 def committed_version_runs(pattern: str = RUNS_PATTERN) -> list[dict[str, Any]]:
-    """The committed version comparisons matching `pattern` (oldest first; default: the
-    v1/v2/v3 runs, `OVERLAP_RUNS_PATTERN` the v1/v4 ones), each with its file name under
-    ``"file"``; empty when the package runs without the repository's results."""
+    """The committed result files matching `pattern` (oldest first; default: the v1/v2/v3
+    runs, `OVERLAP_RUNS_PATTERN` the v1/v4 ones; `techniques` and `gluon_runs` read theirs
+    with it too), each with its file name under ``"file"``; empty when the package runs
+    without the repository's results."""
     from mlinfra_lab.attention.bench import committed_results, load_result
 
     return [{**load_result(p), "file": p.name} for p in committed_results(pattern)]
@@ -138,8 +140,7 @@ def version_ranges(runs: list[dict[str, Any]], version: int) -> dict[str, Any]:
         d64_hi=max(ratios(64)),
         d128_lo=min(ratios(128)),
         d128_hi=max(ratios(128)),
-        worst_shape=f"D={worst['head_dim']}, {'causal' if worst['causal'] else 'non-causal'}, "
-        f"N={worst['seq']}",
+        worst_shape=shape_label(worst),
         cudnn_lo=min(cudnn) if cudnn else None,
         cudnn_hi=max(cudnn) if cudnn else None,
     )
@@ -170,6 +171,12 @@ def plot_version_ratios(
                 label = f"v{k}/v1, D={d}{' causal' if causal else ''}" if run_no == 0 else None
                 ax.plot(*zip(*pts, strict=True), style, color=f"C{c}", lw=1, ms=3, label=label)
     return finish_ratio_plot(ax, "forward TFLOP/s over v1, same run")
+
+
+def shape_label(row: dict[str, Any]) -> str:
+    """``"D=128, causal, N=4096"``: how chapter 1 names one shape of a sweep row."""
+    causal = "causal" if row["causal"] else "non-causal"
+    return f"D={row['head_dim']}, {causal}, N={row['seq']}"
 
 
 def finish_ratio_plot(ax: Any, ylabel: str, **legend: Any) -> Any:
