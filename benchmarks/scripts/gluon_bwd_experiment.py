@@ -47,15 +47,14 @@ the same way, without autograd), and cuDNN through autograd (as the benchmark ti
 import argparse
 import datetime
 import json
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
+from sm90_report import ptxas_report  # this folder's helper
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -372,24 +371,6 @@ def gluon_backward(
     return dq, dk, dv
 
 
-def _ptxas_report(ptx: str) -> str:
-    """ptxas -v's registers and spills line for one kernel's PTX (Triton ships ptxas)."""
-    import triton
-
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(ptx)
-    done = subprocess.run(
-        [str(ptxas), "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
-        capture_output=True,
-        text=True,
-    )
-    os.unlink(f.name)
-    lines = (done.stdout + done.stderr).splitlines()
-    keep = [x.strip() for x in lines if "registers" in x or "spill" in x or "wgmma" in x.lower()]
-    return "; ".join(keep)
-
-
 def compile_only() -> list[dict]:
     """Build every kernel of every configuration for sm_90 (no GPU): shared memory, and
     ptxas's registers and spills."""
@@ -431,7 +412,7 @@ def compile_only() -> list[dict]:
                         "head_dim": d,
                         "causal": causal,
                         "smem_bytes": compiled.metadata.shared,
-                        "ptxas": _ptxas_report(compiled.asm["ptx"]),
+                        "ptxas": ptxas_report(compiled.asm["ptx"]),
                     }
                     print(json.dumps(row), flush=True)
                     out.append(row)

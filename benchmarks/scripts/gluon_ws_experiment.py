@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 from gluon_fwd_experiment import reference  # this folder's script: the float32 reference
+from sm90_report import ptxas_report, register_budgets  # this folder's helper
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -371,7 +372,10 @@ def compile_only() -> None:
                     target=GPUTarget("cuda", 90, 32),
                     options={"num_warps": 4},
                 )
-                print(f"{name} D={d} causal={causal}: smem {k.metadata.shared} B")
+                report = ptxas_report(k.asm["ptx"])
+                budgets = register_budgets(k.asm["ptx"])
+                print(f"{name} D={d} causal={causal}: smem {k.metadata.shared} B; {report}")
+                print(f"  setmaxnreg (inc/dec, registers): {budgets}")
 
 
 def check_one(name: str) -> dict:
