@@ -32,6 +32,7 @@ __all__ = [
     "describe",
     "device",
     "ensure_triton_mode",
+    "half_dtype",
     "on_gpu",
     "sizes",
     "triton_interpreted",
@@ -126,6 +127,23 @@ def on_gpu() -> bool:
 def device() -> str:
     """The device string the course uses: ``"cuda"`` when a GPU is present, else ``"cpu"``."""
     return "cuda" if on_gpu() else "cpu"
+
+
+def half_dtype(capability: tuple[int, int] | None = None) -> Any:
+    """The 16-bit torch dtype for this GPU's work (or for a GPU of ``capability``).
+
+    bfloat16 where the GPU computes in it natively (compute capability 8.0 or newer: A100,
+    L4, H100/H200), float16 on older GPUs (Colab's free T4 is 7.5): there bfloat16 is emulated
+    in float32, slowly, and SDPA's fused kernels refuse it. Without a GPU: float16, the only
+    16-bit type the Triton CPU interpreter has.
+    """
+    import torch
+
+    if capability is None:
+        if not on_gpu():
+            return torch.float16
+        capability = torch.cuda.get_device_capability()
+    return torch.bfloat16 if capability[0] >= 8 else torch.float16
 
 
 def triton_interpreted() -> bool:

@@ -47,6 +47,17 @@ def test_sizes_returns_a_copy_per_device_and_rejects_unknown_topics() -> None:
         runtime.sizes("attention", "tpu")
 
 
+def test_half_dtype_is_bfloat16_only_where_the_gpu_computes_in_it() -> None:
+    """bfloat16 from Ampere on; float16 on Turing (Colab's T4: bf16 emulated, SDPA's fused
+    kernels refuse it) and without a GPU (the Triton interpreter has no bfloat16)."""
+    import torch
+
+    assert runtime.half_dtype((7, 5)) == torch.float16
+    assert runtime.half_dtype((8, 0)) == runtime.half_dtype((9, 0)) == torch.bfloat16
+    if not runtime.on_gpu():
+        assert runtime.half_dtype() == torch.float16
+
+
 def _fresh_python(code: str, **env: str) -> str:
     clean = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run(

@@ -31,7 +31,7 @@ runtime.ensure_triton_mode()
 import triton  # noqa: E402  (after the interpreter switch, deliberately)
 import triton.language as tl  # noqa: E402
 
-__all__ = ["configs", "kernels", "set_descriptor_allocator"]
+__all__ = ["configs", "configs_for", "kernels", "set_descriptor_allocator"]
 
 
 @triton.jit
@@ -865,52 +865,71 @@ def _bwd_dq_kernel(
 
 
 def configs() -> tuple[list[Any], list[Any], list[Any]]:
-    """Tile configs for the forward, dK/dV and dQ kernels on the device found.
+    """Tile configs for the forward, dK/dV and dQ kernels on the device found: one small
+    fixed tile each under the CPU interpreter, else `configs_for` this GPU's capability."""
+    if runtime.triton_interpreted():  # small tiles: cheap to interpret, many tiles per test
+        return [_cfg(32, 16, 4, 1)], [_cfg(16, 32, 4, 1)], [_cfg(32, 16, 4, 1)]
+    return configs_for(torch.cuda.get_device_capability())
 
-    On a GPU every list holds more than one config: Triton's autotuner calls the pruner
+
+def _cfg(bm: int, bn: int, warps: int, stages: int) -> Any:
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
+
+
+def configs_for(capability: tuple[int, int]) -> tuple[list[Any], list[Any], list[Any]]:
+    """Tile configs for the forward, dK/dV and dQ kernels on a GPU of this compute capability.
+
+    Every list holds more than one config: Triton's autotuner calls the pruner
     (`_pruner`: float32's own tile, ``MLINFRA_ATTENTION_AUTOTUNE=0``) only then, and runs a
     lone config as it is, float32 included (a 128 x 64 IEEE tile took over 60 s to compile).
+    Without a search (short sequences, ``MLINFRA_ATTENTION_AUTOTUNE=0``) the first config
+    runs, so each list's first config must fit the family's shared memory at the largest
+    head dim (BLOCK_D = 128): a tile that does not fit fails at launch (OutOfResources).
     Constraints (causal; each kernel states its own with ``tl.static_assert``): forward and dQ
     need BLOCK_M % BLOCK_N == 0 (their diagonal loop steps by BLOCK_N from a multiple of
     BLOCK_M); dK/dV needs BLOCK_N % BLOCK_M == 0.
     """
-
-    def cfg(bm: int, bn: int, warps: int, stages: int) -> Any:
-        return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
-
-    if runtime.triton_interpreted():  # small tiles: cheap to interpret, many tiles per test
-        return [cfg(32, 16, 4, 1)], [cfg(16, 32, 4, 1)], [cfg(32, 16, 4, 1)]
-    major, _ = torch.cuda.get_device_capability()
+    major = capability[0]
     if major == 9:  # Hopper: 128-row tiles for two warpgroups, pipelined loads
         fwd = [
-            cfg(128, 64, 4, 3),
-            cfg(128, 64, 8, 3),
-            cfg(128, 128, 8, 2),
-            cfg(128, 128, 8, 3),
-            cfg(64, 64, 4, 4),
-            cfg(128, 64, 8, 4),
-            cfg(128, 32, 4, 4),
+            _cfg(128, 64, 4, 3),
+            _cfg(128, 64, 8, 3),
+            _cfg(128, 128, 8, 2),
+            _cfg(128, 128, 8, 3),
+            _cfg(64, 64, 4, 4),
+            _cfg(128, 64, 8, 4),
+            _cfg(128, 32, 4, 4),
         ]
         dkdv = [
-            cfg(32, 128, 4, 3),
-            cfg(64, 128, 8, 3),
-            cfg(64, 64, 4, 3),
-            cfg(64, 128, 8, 2),
-            cfg(32, 64, 4, 4),
+            _cfg(32, 128, 4, 3),
+            _cfg(64, 128, 8, 3),
+            _cfg(64, 64, 4, 3),
+            _cfg(64, 128, 8, 2),
+            _cfg(32, 64, 4, 4),
         ]
         dq = [
-            cfg(128, 32, 4, 3),
-            cfg(128, 64, 8, 3),
-            cfg(64, 64, 4, 3),
-            cfg(128, 64, 8, 2),
-            cfg(64, 32, 4, 4),
+            _cfg(128, 32, 4, 3),
+            _cfg(128, 64, 8, 3),
+            _cfg(64, 64, 4, 3),
+            _cfg(128, 64, 8, 2),
+            _cfg(64, 32, 4, 4),
         ]
         return fwd, dkdv, dq
-    # Other GPUs (Ampere, Ada, Colab's T4): modest tiles that fit 100 KB of shared memory.
+    if major < 8:
+        # Turing (Colab's free T4, compute capability 7.5): 64 KB of shared memory per block.
+        # Compiled for sm_75 at BLOCK_D = 128, the Ampere list's backward tiles need 80-96 KB
+        # and fail at launch; these need 40-48 KB (the forward's 32-48 KB).
+        return (
+            [_cfg(64, 32, 4, 2), _cfg(32, 32, 4, 2)],
+            [_cfg(32, 32, 4, 1), _cfg(16, 32, 4, 1)],
+            [_cfg(32, 32, 4, 1), _cfg(32, 16, 4, 1)],
+        )
+    # Ampere and Ada (A100, A10G, L4, RTX 30/40): tiles that fit Ada's 99 KB per block
+    # (compiled for sm_86 at BLOCK_D = 128: 28-72 KB).
     return (
-        [cfg(64, 32, 4, 2), cfg(64, 64, 4, 2)],
-        [cfg(32, 64, 4, 2), cfg(64, 64, 4, 2)],
-        [cfg(64, 32, 4, 2), cfg(64, 64, 4, 2)],
+        [_cfg(64, 32, 4, 2), _cfg(64, 64, 4, 2)],
+        [_cfg(32, 64, 4, 2), _cfg(64, 64, 4, 2)],
+        [_cfg(64, 32, 4, 2), _cfg(64, 64, 4, 2)],
     )
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from mlinfra_lab import runtime
 from mlinfra_lab.attention._checks import KERNEL_HEAD_DIM_RANGE
 from mlinfra_lab.attention.flash import KERNEL_VERSIONS
 from mlinfra_lab.errors import MlinfraError
@@ -139,7 +140,7 @@ def _inputs(
     """Seeded q, k, v on the GPU and the autotuned v1 output on them (kept per shape)."""
     from mlinfra_lab.attention.flash import flash_attention
 
-    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    dtype = runtime.half_dtype()  # bfloat16 from Ampere on, float16 on a T4
     g = torch.Generator(device="cuda").manual_seed(8)
     q, k, v = (
         torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=dtype, generator=g)
