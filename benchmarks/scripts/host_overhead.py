@@ -12,6 +12,13 @@ call (``bench_us``: `triton.testing.do_bench`, the L2 cache cleared before each 
 ``host_us`` is at or above ``gpu_us`` the GPU waits for Python between kernels. Each shape
 first runs its providers for half a second, so the GPU is at its working clock. Inputs require grad, as in
 `mlinfra-lab bench attention`; ``--no-grad`` times the bare forward instead.
+
+``--breakdown`` (not yet run on a GPU) peels the default forward's launch path one layer at a
+time at the shape where it was host-bound (D=128, causal, 1k tokens): the public call, the same
+without autograd, version 5's launcher with its checks, without them, Triton's launcher alone
+(descriptors and outputs built once), the four descriptors alone, the two allocations alone;
+and version 1's public call, its autotuner, the raw kernel at the tile the autotuner chose. The
+differences between rungs say where the ~200 us per call go, so a leaner path cuts the right one.
 """
 
 from __future__ import annotations
@@ -57,14 +64,113 @@ def per_call_us(fn: Callable[[], object]) -> tuple[float, float]:
     return host, start.elapsed_time(end) * 1e3 / CALLS
 
 
+def breakdown() -> list[dict]:
+    """Host and GPU us per call of each rung of the launch path (see the module doc)."""
+    from mlinfra_lab.attention import _gluon_fwd as g
+    from mlinfra_lab.attention import flash
+    from mlinfra_lab.attention._flash_kernels import _fwd_kernel
+
+    b, h, n, d, causal = SHAPES[0]
+    scale = d**-0.5
+    gen = torch.Generator(device="cuda").manual_seed(n + d)
+    q, k, v = (
+        torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        for _ in range(3)
+    )
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    cfg = g.pick_config(d, causal, n)
+    assert cfg is not None and g.unusable(q, k, v, causal, scale, cfg) is None, "no v5 here"
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    o = torch.empty_like(q)
+    lse = torch.empty((b * h, n), device="cuda", dtype=torch.float32)
+    rows_all = b * h * n
+
+    def descriptors() -> list:
+        return [
+            TensorDescriptor(
+                t.view(rows_all, d), [rows_all, d], [d, 1], list(blk), g._layout(blk, q.dtype)
+            )
+            for t, blk in (
+                (q, (cfg.block_m, d)),
+                (k, (cfg.block_n, d)),
+                (v, (cfg.block_n, d)),
+                (o, (cfg.block_m, d)),
+            )
+        ]
+
+    descs = descriptors()
+    grid = (n // cfg.block_m, b * h)
+    consts = dict(
+        HEAD_DIM=d,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        STAGES=cfg.stages,
+        CAUSAL=causal,
+        OVERLAP=cfg.overlap,
+        num_warps=cfg.num_warps,
+        maxnreg=cfg.maxnreg,
+    )
+    kernel = g._kernel()
+    flash.flash_attention(q, k, v, causal=causal, version=1)  # v1: autotune once
+    best = flash._kernels()["fwd"].best_config
+    common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=d, PRECISION="tf32", OVERLAP=False)
+    tile = dict(best.kwargs, num_warps=best.num_warps, num_stages=best.num_stages)
+    v1_grid = (n // best.kwargs["BLOCK_M"], b * h)
+    v1_args = (q, k, v, o, lse, n, n, scale * flash.LOG2E, n * d, n * d, d)
+    ladder = {
+        "v5 flash_attention (inputs require grad)": lambda: flash.flash_attention(
+            *leaves, causal=causal
+        ),
+        "v5 flash_attention (no grad)": lambda: flash.flash_attention(q, k, v, causal=causal),
+        "v5 _gluon_fwd.gluon_forward (checks + launch)": lambda: g.gluon_forward(
+            q, k, v, causal, scale, cfg
+        ),
+        "v5 _gluon_fwd.launch (no checks)": lambda: g.launch(q, k, v, causal, scale, cfg),
+        "v5 kernel[grid] (descriptors, outputs built once)": lambda: kernel[grid](
+            *descs, lse, n, scale * flash.LOG2E, **consts
+        ),
+        "v5 four TensorDescriptors alone": descriptors,
+        "two output allocations alone": lambda: (torch.empty_like(q), torch.empty_like(lse)),
+        "v1 flash_attention(version=1) (no grad)": lambda: flash.flash_attention(
+            q, k, v, causal=causal, version=1
+        ),
+        "v1 autotuner[grid] (tile cached)": lambda: flash._kernels()["fwd"][
+            lambda m: (n // m["BLOCK_M"], b * h)
+        ](*v1_args, **common),
+        f"v1 raw kernel[grid] at {tile}": lambda: _fwd_kernel[v1_grid](*v1_args, **common, **tile),
+    }
+    out = []
+    for step, fn in ladder.items():
+        host, gpu = per_call_us(fn)
+        row = {"step": step, "host_us": round(host, 1), "gpu_us": round(gpu, 1)}
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the results here (JSON)")
     parser.add_argument("--no-grad", action="store_true", help="inputs without requires_grad")
+    parser.add_argument("--breakdown", action="store_true", help="peel the launch path apart")
     args = parser.parse_args()
     import triton
     from triton.testing import do_bench
 
+    if args.breakdown:
+        result = {
+            "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "shape": SHAPES[0],
+            "calls": CALLS,
+            "breakdown": breakdown(),
+        }
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+        return 0
     rows = []
     for b, h, n, d, causal in SHAPES:
         g = torch.Generator(device="cuda").manual_seed(n + d)
