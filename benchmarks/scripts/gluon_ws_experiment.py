@@ -1,6 +1,7 @@
 """Next step for version 5, not yet run on a GPU: FA3's warp specialisation in Gluon.
 
-Status: written and compiled for sm_90 on a CPU (Triton 3.6, `--compile-only`); never run.
+Status: written and compiled for sm_90 on a CPU (Triton 3.6, `--compile-only`, which also
+reports ptxas's registers and the setmaxnreg budgets); never run.
 Nothing in the package uses it. The first GPU call of the next session runs it::
 
     python benchmarks/scripts/gluon_ws_experiment.py --out ws.json     # on the H200
@@ -12,8 +13,17 @@ producer warp that only issues TMA copies (`gl.warp_specialize`). K and V stream
 of STAGES slots: the producer waits for a slot's "empty" barrier (both consumers arrive on it
 when done with the slot), fills it, and the TMA engine completes its "ready" barrier. Each
 consumer runs version 5's loop (plain or with the intra-warpgroup overlap). The two
-consumers are independent warpgroups, so the SM's schedulers interleave one's softmax with the
-other's matmuls (FA3's ping-pong, here unforced: no barrier orders their matmuls yet).
+consumers are independent warpgroups, so the SM's schedulers may interleave one's softmax with
+the other's matmuls on their own. The ``ws-pingpong`` configurations force FA3's ping-pong: two
+"turn" mbarriers make the consumers issue their rounds of matmuls strictly in alternation
+(consumer 0's S_j and P_{j-1} V_{j-1}, then consumer 1's, ...), so while one warpgroup's
+matmuls occupy the Tensor Cores the other runs its softmax. Each arrive on a barrier is one
+thread per warpgroup after a warpgroup-wide ``bar.sync`` (checked in the PTX), which the
+barrier counts (2 on "empty", 1 on each "turn") rely on.
+Prediction (before any run): warp specialisation alone within +-5% of version 5's best
+configuration at D=128 (the consumers run version 5's loop; what changes is who issues the
+copies); forced ping-pong a further 3-10% at D=128 and N >= 4k, where the softmax is long
+enough to hide behind the other warpgroup's matmuls; FA3 reports 570 -> 620-660 TFLOP/s from it.
 
 Safety: a mistake in barrier phases hangs a GPU kernel forever, and a hung kernel cannot be
 interrupted from Python. So the parent process runs each configuration's check in a child
@@ -52,12 +62,14 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 LOG2E = 1.4426950408889634
 
-# (name, HALF rows per consumer, BLOCK_N, STAGES, OVERLAP, consumer registers)
+# (name, HALF rows per consumer, BLOCK_N, STAGES, OVERLAP, PINGPONG, consumer registers)
 CONFIGS = [
-    ("ws-plain-h64n128s2", 64, 128, 2, False, 232),
-    ("ws-overlap-h64n128s2", 64, 128, 2, True, 232),
-    ("ws-plain-h64n64s3", 64, 64, 3, False, 232),
-    ("ws-overlap-h64n64s3", 64, 64, 3, True, 232),
+    ("ws-plain-h64n128s2", 64, 128, 2, False, False, 232),
+    ("ws-overlap-h64n128s2", 64, 128, 2, True, False, 232),
+    ("ws-plain-h64n64s3", 64, 64, 3, False, False, 232),
+    ("ws-overlap-h64n64s3", 64, 64, 3, True, False, 232),
+    ("ws-pingpong-h64n128s2", 64, 128, 2, True, True, 232),
+    ("ws-pingpong-h64n64s3", 64, 64, 3, True, True, 232),
 ]
 
 
@@ -73,9 +85,12 @@ class Part:
     HEAD_DIM: gl.constexpr
     CAUSAL: gl.constexpr
     OVERLAP: gl.constexpr
+    PINGPONG: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, CONSUMER, HALF, BLOCK_N, STAGES, HEAD_DIM, CAUSAL, OVERLAP) -> None:
+    def __init__(
+        self, CONSUMER, HALF, BLOCK_N, STAGES, HEAD_DIM, CAUSAL, OVERLAP, PINGPONG
+    ) -> None:
         self.CONSUMER = gl.constexpr(CONSUMER)
         self.HALF = gl.constexpr(HALF)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
@@ -83,6 +98,27 @@ class Part:
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.CAUSAL = gl.constexpr(CAUSAL)
         self.OVERLAP = gl.constexpr(OVERLAP)
+        self.PINGPONG = gl.constexpr(PINGPONG)
+
+
+@gluon.jit
+def _take_turn(turns, r, part):
+    """Ping-pong: wait until the other consumer has issued its matmuls of this round (consumer
+    0 goes first, so its round 0 waits for nothing). The two consumers alternate strictly,
+    so neither runs two phases ahead and the parity waits stay unambiguous."""
+    if part.PINGPONG:
+        if part.CONSUMER == 0:
+            if r > 0:
+                mbarrier.wait(turns.index(0), (r - 1) & 1)
+        else:
+            mbarrier.wait(turns.index(1), r & 1)
+
+
+@gluon.jit
+def _pass_turn(turns, part):
+    """Ping-pong: this consumer's matmuls of the round are issued; the other may issue its."""
+    if part.PINGPONG:
+        mbarrier.arrive(turns.index(1 - part.CONSUMER), count=1)
 
 
 @gluon.jit
@@ -128,6 +164,7 @@ def _consumer(
     q_bars,
     ready,
     empty,
+    turns,
     off_bh,
     row0,
     off_m,
@@ -160,8 +197,11 @@ def _consumer(
     mbarrier.wait(q_bars.index(c), 0)
 
     if OVERLAP:  # version 5's loop; a slot is released once its P V is done
+        # ping-pong rounds: 0 issues S_0, j issues S_j and P_{j-1} V_{j-1}, n_tiles the last P V
         mbarrier.wait(ready.index(0), 0)
+        _take_turn(turns, 0, part)
         s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        _pass_turn(turns, part)
         s = warpgroup_mma_wait(0, deps=(s,))
         p, m_i, l_i, alpha = _softmax_tile(
             s, m_i, l_i, qk_scale, 0, m_off, CAUSAL, HALF, BLOCK_N, s_layout
@@ -171,10 +211,12 @@ def _consumer(
             slot = j % STAGES
             prev = (j - 1) % STAGES
             mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+            _take_turn(turns, j, part)
             s = warpgroup_mma(
                 q, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True
             )
             acc = warpgroup_mma(p_prev, v_smem.index(prev), acc, is_async=True)
+            _pass_turn(turns, part)
             s = warpgroup_mma_wait(1, deps=(s,))
             p, m_i, l_i, alpha = _softmax_tile(
                 s, m_i, l_i, qk_scale, j * BLOCK_N, m_off, CAUSAL, HALF, BLOCK_N, s_layout
@@ -184,7 +226,9 @@ def _consumer(
             acc = acc * gl.convert_layout(alpha, row_o)[:, None]
             p_prev = gl.convert_layout(p.to(dtype), p_layout)
         last = (n_tiles - 1) % STAGES
+        _take_turn(turns, n_tiles, part)
         acc = warpgroup_mma(p_prev, v_smem.index(last), acc, is_async=True)
+        _pass_turn(turns, part)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty.index(last), count=1)
     else:  # each matmul waited for at once
@@ -227,6 +271,7 @@ def attn_fwd_ws(  # noqa: ANN201 (a kernel returns nothing)
     STAGES: gl.constexpr,
     CAUSAL: gl.constexpr,
     OVERLAP: gl.constexpr,
+    PINGPONG: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
 ):
     HALF: gl.constexpr = q_desc.block_type.shape[0]
@@ -255,6 +300,9 @@ def attn_fwd_ws(  # noqa: ANN201 (a kernel returns nothing)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # one arrival from each consumer
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):  # turns[c]: the other consumer has issued; c may issue
+        mbarrier.init(turns.index(i), count=1)
     fence_async_shared()
 
     consumer_args = (
@@ -266,6 +314,7 @@ def attn_fwd_ws(  # noqa: ANN201 (a kernel returns nothing)
         q_bars,
         ready,
         empty,
+        turns,
         off_bh,
         row0,
         off_m,
@@ -287,8 +336,9 @@ def attn_fwd_ws(  # noqa: ANN201 (a kernel returns nothing)
         off_m,
         n_tiles,
     )
-    first = Part(0, HALF, BLOCK_N, STAGES, HEAD_DIM, CAUSAL, OVERLAP)
-    second = Part(1, HALF, BLOCK_N, STAGES, HEAD_DIM, CAUSAL, OVERLAP)
+    gl.static_assert(OVERLAP or not PINGPONG, "ping-pong rounds follow the overlapped loop")
+    first = Part(0, HALF, BLOCK_N, STAGES, HEAD_DIM, CAUSAL, OVERLAP, PINGPONG)
+    second = Part(1, HALF, BLOCK_N, STAGES, HEAD_DIM, CAUSAL, OVERLAP, PINGPONG)
     gl.warp_specialize(
         [
             (_consumer, consumer_args + (first,)),
@@ -310,7 +360,7 @@ def ws_forward(
     """O and the base-2 LSE ``[B*H, N]`` of bf16 ``[B, H, N, D]`` inputs (N a multiple of 128)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    _, half, block_n, stages, overlap, regs = config
+    _, half, block_n, stages, overlap, pingpong, regs = config
     b, h, n, d = q.shape
     assert n % (2 * half) == 0 and n % block_n == 0 and (2 * half) % block_n == 0
     o = torch.empty_like(q)
@@ -330,6 +380,7 @@ def ws_forward(
         STAGES=stages,
         CAUSAL=causal,
         OVERLAP=overlap,
+        PINGPONG=pingpong,
         CONSUMER_REGS=regs,
         num_warps=4,
     )
@@ -342,7 +393,7 @@ def compile_only() -> None:
     from triton.experimental.gluon._runtime import GluonASTSource
 
     for config in CONFIGS:
-        name, half, block_n, stages, overlap, regs = config
+        name, half, block_n, stages, overlap, pingpong, regs = config
         for d in (64, 128):
             for causal in (False, True):
 
@@ -364,6 +415,7 @@ def compile_only() -> None:
                     STAGES=stages,
                     CAUSAL=causal,
                     OVERLAP=overlap,
+                    PINGPONG=pingpong,
                     CONSUMER_REGS=regs,
                 )
                 sig.update({key: "constexpr" for key in consts})
