@@ -31,6 +31,14 @@ replace.
   causal the diagonal tile must hold whole tiles of the other side: BLOCK_N % BLOCK_M == 0
   in dK/dV, BLOCK_M % BLOCK_N == 0 in dQ; the forward's hang came from breaking that rule).
 
+Prediction (written before any run): at D=128 the Gluon dK/dV kernel 1.15-1.35x the Triton
+one and the dQ kernel 1.1-1.3x, so the whole backward 0.85-0.95x cuDNN at N >= 4k (the Triton
+split backward measured 0.74-0.76x), since version 5's schedule gave the forward 1.13-1.37x.
+Risks, from the sm_90 build on a CPU: the 8-warp dK/dV kernel at D=128 holds two float32
+accumulators and two scores tiles in 248-255 registers a thread (32-48 bytes spilled when
+causal), one program per SM; the S^T/dP^T pair in flight costs 32 registers more than issuing
+them one at a time.
+
 Checks (each configuration in a child process with a time limit: a wrong barrier phase
 hangs a kernel, and a hung kernel cannot be interrupted from Python): dQ, dK, dV against a
 float32 autograd reference on a few shapes, next to the Triton split backward's own error
