@@ -116,7 +116,7 @@ def test_flex_anchor_and_repeats_on_cpu(tmp_path):
 
 
 def test_check_anchor_uses_the_worst_repeat():
-    def res(runs_ours, runs_flash):
+    def res(runs_ours, runs_flash, anchor="sdpa_flash"):
         rows = [
             dict(
                 provider=p,
@@ -128,7 +128,7 @@ def test_check_anchor_uses_the_worst_repeat():
                 tflops=1 / sorted(r)[len(r) // 2],
                 ms_runs=r,
             )
-            for p, r in (("ours", runs_ours), ("sdpa_flash", runs_flash))
+            for p, r in (("ours", runs_ours), (anchor, runs_flash))
         ]
         return {"rows": rows, "ratios": bench._ratios(rows)}
 
@@ -138,6 +138,10 @@ def test_check_anchor_uses_the_worst_repeat():
     assert len(failures) == 1 and "1.10x" in failures[0]
     with pytest.raises(bench.BaselineError, match="no fwd timing of sdpa_cudnn"):
         bench.check_anchor(res([1.0], [1.3]), "sdpa_cudnn")
+    # FlexAttention's bar (`--min-vs-flex`, 1.0x): level passes, one slower repeat fails
+    assert bench.check_anchor(res([1.0, 1.0], [1.0, 1.05], "flex"), "flex", 1.0) == []
+    failures = bench.check_anchor(res([1.0, 1.0], [1.05, 0.95], "flex"), "flex", 1.0)
+    assert len(failures) == 1 and "0.95x flex" in failures[0]
 
 
 def test_bench_command_user_errors(tmp_path, capsys):

@@ -83,15 +83,17 @@ def _bench(args: argparse.Namespace) -> int:
             status = 1
         else:
             print(f"no regression against {args.check_baseline}")
-        if "sdpa_flash" in cfg.providers and runtime.on_gpu():
-            below = bench.check_anchor(result, "sdpa_flash", args.min_vs_flash)
-            if below:
-                print(f"BELOW {args.min_vs_flash:.2f}x SDPA flash (forward, worst repeat):")
-                for line in below:
-                    print("  " + line)
-                status = 1
-            else:
-                print(f"every forward at least {args.min_vs_flash:.2f}x SDPA flash in every repeat")
+        anchors = (("sdpa_flash", args.min_vs_flash), ("flex", args.min_vs_flex))
+        for anchor, minimum in anchors:
+            if anchor in cfg.providers and runtime.on_gpu():
+                below = bench.check_anchor(result, anchor, minimum)
+                if below:
+                    print(f"BELOW {minimum:.2f}x {anchor} (forward, worst repeat):")
+                    for line in below:
+                        print("  " + line)
+                    status = 1
+                else:
+                    print(f"every forward at least {minimum:.2f}x {anchor} in every repeat")
     return status
 
 
@@ -159,6 +161,14 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         metavar="X",
         help="with --check-baseline on a GPU, also fail if any forward shape ran "
         "below X times SDPA flash in any repeat (default: %(default)s)",
+    )
+    p.add_argument(
+        "--min-vs-flex",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="with --check-baseline on a GPU and flex among the providers, also fail if any "
+        "forward shape ran below X times FlexAttention in any repeat (default: %(default)s)",
     )
     p.add_argument(
         "--repeats",
