@@ -28,10 +28,11 @@ Design decisions:
   of one head run together and share K and V in L2); CUDA caps that axis at 65,535, so a
   larger batch is launched in chunks of whole sequences.
 - Tile sizes: autotuned over a Hopper list on compute capability 9.x, a small list on
-  other GPUs, and one small fixed tile under the CPU interpreter (fast to interpret and
-  small enough that tests with 17 or 100 tokens still cross several tiles). Float32 inputs
-  and sequences of at most 256 tokens skip the search (one fixed tile each): there the
-  search costs far more than it saves.
+  Ampere and Ada, a smaller one on Turing (Colab's T4: 64 KB of shared memory per block;
+  `_flash_kernels.configs_for`), and one small fixed tile under the CPU interpreter (fast
+  to interpret and small enough that tests with 17 or 100 tokens still cross several
+  tiles). Float32 inputs and sequences of at most 256 tokens skip the search (one fixed
+  tile each): there the search costs far more than it saves.
 
 Layout: the kernels live in `_flash_kernels.py` (imported on first use, after the
 interpreter switch); this file holds the launchers (asserts, grids), the
