@@ -331,6 +331,27 @@ def test_version_5_table_holds_only_configs_that_can_run():
             assert shape_problem((1, 1, 4096, d), 4096, torch.bfloat16, causal, 0.1, cfg) is None
 
 
+def test_version_5_descriptors_view_the_heads_as_rows():
+    """The four TMA descriptors (host-side, no GPU needed to build them) see Q, K, V, O as
+    ``[B*H*N, D]`` rows, Q and O in BLOCK_M-row blocks, K and V in BLOCK_N-row blocks."""
+    pytest.importorskip("triton.experimental.gluon.nvidia.hopper")
+    from mlinfra_lab.attention._gluon_fwd import GLUON_TABLE, descriptors
+
+    cfg = next(c for _, c in GLUON_TABLE[(128, True)] if c)
+    q, k, v, o = (torch.zeros(2, 3, 512, 128, dtype=torch.bfloat16) for _ in range(4))
+    got = [
+        (list(d.shape), list(d.block_shape), d.base.data_ptr())
+        for d in descriptors(q, k, v, o, cfg)
+    ]
+    rows = 2 * 3 * 512
+    assert got == [
+        ([rows, 128], [cfg.block_m, 128], q.data_ptr()),
+        ([rows, 128], [cfg.block_n, 128], k.data_ptr()),
+        ([rows, 128], [cfg.block_n, 128], v.data_ptr()),
+        ([rows, 128], [cfg.block_m, 128], o.data_ptr()),
+    ]
+
+
 def test_version_5_compiles_for_hopper_with_its_schedule():
     """Each configuration the table uses builds for sm_90 here, without a GPU, and its machine
     code has the schedule it claims: the overlap waits with one matmul still in flight

@@ -53,16 +53,15 @@ the same way, without autograd), and cuDNN through autograd (as the benchmark ti
 # ruff: noqa: ANN001 (Gluon reads the kernels' annotations: only constexprs carry one)
 
 import argparse
-import datetime
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
+from child_checks import check_in_children, run_header  # this folder's helpers
 from sm90_report import ptxas_report  # this folder's helper
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -527,35 +526,12 @@ def main() -> int:
     if args.child:
         print(json.dumps(check_one(args.child)))
         return 0
-    import triton
-
-    checks, good = [], []
     # the check's Triton reference runs one tile per kernel: an autotune of the split
     # backward (a dozen compiles per shape) would eat the child's time limit
     env = dict(os.environ, MLINFRA_ATTENTION_AUTOTUNE="0")
-    for name, *_ in CONFIGS:
-        cmd = [sys.executable, __file__, "--child", name]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.limit, env=env)
-            last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-            entry = json.loads(last) if last.startswith("{") else {"ok": False}
-            if done.returncode:
-                entry.update(ok=False, error=done.stderr[-1500:])
-        except subprocess.TimeoutExpired:  # a hang: barrier phases wrong
-            entry = {"ok": False, "error": f"no answer in {args.limit:g} s (hung)"}
-        entry["config"] = name
-        print(json.dumps(entry)[:2000], flush=True)
-        checks.append(entry)
-        if entry["ok"]:
-            good.append(name)
-    result = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "checks": checks,
-        "rows": time_all(good),
-    }
+    names = [c[0] for c in CONFIGS]
+    checks, good = check_in_children(__file__, names, args.limit, env)
+    result = dict(run_header(), checks=checks, rows=time_all(good))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0

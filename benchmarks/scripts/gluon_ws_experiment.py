@@ -34,15 +34,14 @@ process with a time limit (`--child`), and times only configurations whose check
 # no `from __future__ import annotations`: the aggregate below reads its annotations as types
 
 import argparse
-import datetime
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
+from child_checks import check_in_children, run_header  # this folder's helpers
 from gluon_fwd_experiment import reference  # this folder's script: the float32 reference
 from sm90_report import ptxas_report, register_budgets  # this folder's helper
 from triton.experimental import gluon
@@ -510,32 +509,8 @@ def main() -> int:
     if args.child:
         print(json.dumps(check_one(args.child)))
         return 0
-    import triton
-
-    checks, good = [], []
-    for name, *_ in CONFIGS:
-        cmd = [sys.executable, __file__, "--child", name]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.limit)
-            last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-            entry = json.loads(last) if last.startswith("{") else {"ok": False}
-            if done.returncode:
-                entry.update(ok=False, error=done.stderr[-1500:])
-        except subprocess.TimeoutExpired:  # a hang: barrier phases wrong
-            entry = {"ok": False, "error": f"no answer in {args.limit:g} s (hung)"}
-        entry["config"] = name
-        print(json.dumps(entry)[:2000], flush=True)
-        checks.append(entry)
-        if entry["ok"]:
-            good.append(name)
-    result = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "checks": checks,
-        "rows": time_all(good),
-    }
+    checks, good = check_in_children(__file__, [c[0] for c in CONFIGS], args.limit)
+    result = dict(run_header(), checks=checks, rows=time_all(good))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0

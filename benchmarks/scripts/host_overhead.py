@@ -80,24 +80,11 @@ def breakdown() -> list[dict]:
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     cfg = g.pick_config(d, causal, n)
     assert cfg is not None and g.unusable(q, k, v, causal, scale, cfg) is None, "no v5 here"
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     o = torch.empty_like(q)
     lse = torch.empty((b * h, n), device="cuda", dtype=torch.float32)
-    rows_all = b * h * n
 
     def descriptors() -> list:
-        return [
-            TensorDescriptor(
-                t.view(rows_all, d), [rows_all, d], [d, 1], list(blk), g._layout(blk, q.dtype)
-            )
-            for t, blk in (
-                (q, (cfg.block_m, d)),
-                (k, (cfg.block_n, d)),
-                (v, (cfg.block_n, d)),
-                (o, (cfg.block_m, d)),
-            )
-        ]
+        return g.descriptors(q, k, v, o, cfg)
 
     descs = descriptors()
     grid = (n // cfg.block_m, b * h)

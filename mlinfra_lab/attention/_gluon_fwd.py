@@ -47,6 +47,7 @@ __all__ = [
     "GLUON_TABLE",
     "GluonConfig",
     "compile_for_hopper",
+    "descriptors",
     "gluon_forward",
     "launch",
     "pick_config",
@@ -210,21 +211,13 @@ def launch(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`gluon_forward` without the checks, for a caller that has just run `unusable` (the
     launcher in `flash`: the checks run once per call, not twice)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     b, h, n, d = q.shape
     LAST_CONFIG["fwd"] = cfg.name
     o = torch.empty_like(q)
     lse = torch.empty((b * h, n), device=q.device, dtype=torch.float32)
-    rows = b * h * n
-    q_block, kv_block = (cfg.block_m, d), (cfg.block_n, d)
-    descs = [
-        TensorDescriptor(t.view(rows, d), [rows, d], [d, 1], list(blk), _layout(blk, q.dtype))
-        for t, blk in ((q, q_block), (k, kv_block), (v, kv_block), (o, q_block))
-    ]
     grid = (n // cfg.block_m, b * h)
     _kernel()[grid](
-        *descs,
+        *descriptors(q, k, v, o, cfg),
         lse,
         n,
         sm_scale * LOG2E,
@@ -238,6 +231,22 @@ def launch(
         maxnreg=cfg.maxnreg,
     )
     return o, lse
+
+
+def descriptors(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, cfg: GluonConfig
+) -> list[Any]:
+    """The kernel's four host-side TMA descriptors: Q, K, V and O viewed as ``[B*H*N, D]``,
+    Q and O in BLOCK_M-row blocks, K and V in BLOCK_N-row blocks."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    b, h, n, d = q.shape
+    rows = b * h * n
+    q_block, kv_block = (cfg.block_m, d), (cfg.block_n, d)
+    return [
+        TensorDescriptor(t.view(rows, d), [rows, d], [d, 1], list(blk), _layout(blk, q.dtype))
+        for t, blk in ((q, q_block), (k, kv_block), (v, kv_block), (o, q_block))
+    ]
 
 
 def compile_for_hopper(
