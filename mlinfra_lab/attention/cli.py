@@ -46,6 +46,8 @@ def _bench(args: argparse.Namespace) -> int:
         overrides["causal"] = (args.causal == "yes",)
     if args.dtype:
         overrides["dtype"] = args.dtype
+    elif runtime.on_gpu() and not args.cpu_sizes:  # bf16 from Ampere on, fp16 on a T4
+        overrides["dtype"] = str(runtime.half_dtype()).removeprefix("torch.")
     if args.repeats is not None:
         if args.repeats < 1:
             raise CommandError(f"--repeats must be at least 1, got {args.repeats}")
@@ -136,7 +138,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument(
         "--dtype",
         choices=("bfloat16", "float16", "float32"),
-        help="input dtype (default: bfloat16 on the GPU, float32 on the CPU)",
+        help="input dtype (default: bfloat16 on a GPU that computes in it, Ampere or newer; "
+        "float16 on older GPUs such as Colab's T4; float32 on the CPU)",
     )
     p.add_argument(
         "--cpu-sizes",
