@@ -16,7 +16,6 @@ Design decisions:
 Result: ``benchmarks/results/h200-fp32-compile-2026-12-04.json``; it set the fp32 tiles of
 ``mlinfra_lab/attention/_flash_kernels.py``.
 """
-
 import datetime
 import json
 import os
@@ -28,7 +27,7 @@ import time
 import torch
 import triton
 
-TRIAL = r"""
+TRIAL = r'''
 import json, os, sys, time
 import torch, triton
 from mlinfra_lab.attention import _flash_kernels as fk, flash
@@ -55,33 +54,15 @@ qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
 naive_attention(qd, kd, vd, causal=True).sum().backward()
 out["bwd_err"] = max(float((a.grad.double() - b.grad).abs().max()) for a, b in ((q, qd), (k, kd), (v, vd)))
 print(json.dumps(out))
-"""
-trials = [
-    (64, 32, 4, 2, "ieee"),
-    (64, 32, 4, 1, "ieee"),
-    (32, 32, 4, 1, "ieee"),
-    (32, 16, 4, 1, "ieee"),
-    (32, 16, 2, 1, "ieee"),
-    (64, 32, 4, 2, "tf32x3"),
-    (32, 32, 4, 1, "tf32x3"),
-]
+'''
+trials = [(64, 32, 4, 2, "ieee"), (64, 32, 4, 1, "ieee"), (32, 32, 4, 1, "ieee"), (32, 16, 4, 1, "ieee"),
+          (32, 16, 2, 1, "ieee"), (64, 32, 4, 2, "tf32x3"), (32, 32, 4, 1, "tf32x3")]
 procs = []
 for t in trials:
     env = dict(os.environ, TRITON_CACHE_DIR=tempfile.mkdtemp())
     t0 = time.time()
-    procs.append(
-        (
-            t,
-            t0,
-            subprocess.Popen(
-                [sys.executable, "-c", TRIAL, json.dumps(t)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            ),
-        )
-    )
+    procs.append((t, t0, subprocess.Popen([sys.executable, "-c", TRIAL, json.dumps(t)], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
 rows = []
 for t, t0, p in procs:
     so, se = p.communicate(timeout=500)
@@ -93,14 +74,8 @@ for t, t0, p in procs:
     rows.append(row)
     print(json.dumps(row), flush=True)
 
-meta = {
-    "kind": "fp32-compile",
-    "date": datetime.date.today().isoformat(),
-    "device": torch.cuda.get_device_name(),
-    "torch": torch.__version__,
-    "triton": triton.__version__,
-    "trial": "[block_m, block_n, warps, stages, precision]",
-    "concurrent_trials": len(trials),
-    "rows": rows,
-}
+meta = {"kind": "fp32-compile", "date": datetime.date.today().isoformat(),
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "triton": triton.__version__, "trial": "[block_m, block_n, warps, stages, precision]",
+        "concurrent_trials": len(trials), "rows": rows}
 json.dump(meta, open(os.path.join(os.environ.get("OUT", "."), "fp32_compile.json"), "w"), indent=1)
