@@ -279,6 +279,30 @@ def test_version_5_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, m
     torch.testing.assert_close(lse.double(), lse_ref.double().view_as(lse), rtol=0, atol=2e-2)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, True)])
+def test_version_5_with_p_through_shared_memory_matches_float64(d, causal):
+    """The ``-ps`` form (P staged in shared memory for P V, branch-free causal mask; not in
+    the table until measured) gives the same O and LSE as float64, on odd batch x heads."""
+    from mlinfra_lab.attention._gluon_fwd import GluonConfig, gluon_forward
+
+    if DEVICE == "cpu" or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("version 5 runs on Hopper only")
+    g = torch.Generator().manual_seed(d + causal)
+    q, k, v = (torch.randn(3, 5, 1024, d, generator=g).to(DEVICE, torch.bfloat16) for _ in "qkv")
+    for cfg in (
+        GluonConfig(128, 64, 8, 2, True, p_smem=True),
+        GluonConfig(64, 64, 4, 2, True, p_smem=True),
+    ):
+        o, lse = gluon_forward(q, k, v, causal, d**-0.5, cfg)
+        ref, ref_lse = tiled_attention(
+            q.double(), k.double(), v.double(), causal=causal, return_lse=True
+        )
+        torch.testing.assert_close(o.double(), ref, rtol=0, atol=2e-2, msg=cfg.name)
+        lse_nat = lse.double().view_as(ref_lse) / 1.4426950408889634  # base 2 -> natural
+        torch.testing.assert_close(lse_nat, ref_lse.double(), rtol=0, atol=2e-2, msg=cfg.name)
+
+
 def test_version_5_elsewhere_runs_v1_and_says_why_when_asked(monkeypatch):
     """Asked for by name where it cannot run, v5 warns and v1 answers; the default (v5 where
     its table says so) falls back without a word, since nothing was asked for."""

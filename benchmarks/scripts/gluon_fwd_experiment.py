@@ -30,24 +30,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch
 
 from mlinfra_lab.attention._gluon_fwd import GluonConfig, compile_for_hopper, gluon_forward
+from mlinfra_lab.attention.machine_code import disassemble, softmax_in_flight
 
 G = GluonConfig
+# Round 3 (not yet run): the table's configurations and their plain controls, next to the
+# ``-ps`` form (P through shared memory, branch-free causal mask), whose SASS keeps the
+# softmax between the two waits where the register form's does not (`machine_code`;
+# `--compile-only` prints each one's share of exp2s that run while P V is in flight).
+# Rounds 1 and 2 are in benchmarks/results/h200-gluon-configs-2026-12-04-run*.json.
 CONFIGS = {
     64: [
         G(128, 128, 8, 2, False),
         G(128, 64, 4, 2, True),
-        G(128, 64, 4, 2, False),
-        G(128, 128, 4, 2, False),
-        G(64, 128, 4, 2, True),  # non-causal only (causal needs BLOCK_M % BLOCK_N == 0)
-        G(64, 64, 4, 2, False),
+        G(128, 128, 8, 2, True, p_smem=True),
+        G(128, 64, 8, 2, True, p_smem=True),
+        G(64, 128, 4, 2, True, p_smem=True),  # non-causal only (causal: BLOCK_M % BLOCK_N)
     ],
     128: [
         G(128, 64, 4, 2, True),
         G(128, 64, 4, 2, False),
-        G(128, 32, 4, 3, True),
-        G(64, 64, 4, 2, True),
-        G(64, 64, 4, 3, True),
-        G(128, 64, 8, 2, True, maxnreg=128),
+        G(128, 64, 4, 2, True, p_smem=True),
+        G(128, 64, 8, 2, True, p_smem=True),
+        G(128, 64, 8, 2, False, p_smem=True),
+        G(64, 64, 4, 2, True, p_smem=True),
+        G(128, 128, 8, 2, True, p_smem=True),
     ],
 }
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
@@ -127,7 +133,12 @@ def main() -> int:
             for cfg in cfgs:
                 for causal in (False, True):
                     k = compile_for_hopper(d, causal, cfg)
-                    print(f"D={d} causal={causal} {cfg.name}: smem {k.metadata.shared} B")
+                    share = softmax_in_flight(disassemble(k))
+                    during = "-" if share is None else f"{share:.0%}"
+                    print(
+                        f"D={d} causal={causal} {cfg.name}: smem {k.metadata.shared} B, "
+                        f"exp2s while P V is in flight (SASS): {during}"
+                    )
         return 0
 
     from torch.nn.attention import SDPBackend, sdpa_kernel

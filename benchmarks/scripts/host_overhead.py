@@ -95,6 +95,7 @@ def breakdown() -> list[dict]:
         STAGES=cfg.stages,
         CAUSAL=causal,
         OVERLAP=cfg.overlap,
+        P_SMEM=cfg.p_smem,
         num_warps=cfg.num_warps,
         maxnreg=cfg.maxnreg,
     )

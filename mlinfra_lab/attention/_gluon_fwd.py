@@ -68,12 +68,17 @@ class GluonConfig:
     stages: int = 2
     overlap: bool = True
     maxnreg: int | None = None  # a register cap per thread (more programs per SM), or none
+    # P to the second matmul through shared memory instead of registers, and a branch-free
+    # causal mask: the SASS of the register form waits for P V before the softmax (see
+    # `machine_code`); this form keeps the softmax between the two waits. Not yet measured.
+    p_smem: bool = False
 
     @property
     def name(self) -> str:
         sched = "overlap" if self.overlap else "plain"
         cap = f"r{self.maxnreg}" if self.maxnreg else ""
-        return f"{sched}-m{self.block_m}n{self.block_n}w{self.num_warps}s{self.stages}{cap}"
+        ps = "-ps" if self.p_smem else ""
+        return f"{sched}{ps}-m{self.block_m}n{self.block_n}w{self.num_warps}s{self.stages}{cap}"
 
 
 # The configuration per (head dim, causal), by sequence length: (longest length, config),
@@ -227,6 +232,7 @@ def launch(
         STAGES=cfg.stages,
         CAUSAL=causal,
         OVERLAP=cfg.overlap,
+        P_SMEM=cfg.p_smem,
         num_warps=cfg.num_warps,
         maxnreg=cfg.maxnreg,
     )
@@ -281,6 +287,7 @@ def compile_for_hopper(
         "STAGES": config.stages,
         "CAUSAL": causal,
         "OVERLAP": config.overlap,
+        "P_SMEM": config.p_smem,
     }
     for key in constexprs:
         signature[key] = "constexpr"

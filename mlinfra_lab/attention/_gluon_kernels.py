@@ -58,11 +58,18 @@ def _softmax_tile(
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
     s_layout: gl.constexpr,
+    BRANCH_FREE: gl.constexpr = False,
 ):
     """Online softmax of one scores tile: returns P (float32), the new m and l, and alpha,
-    the factor that rescales what O holds so far."""
+    the factor that rescales what O holds so far. ``BRANCH_FREE`` compares every tile
+    against the diagonal instead of branching on whether it crosses it: a branch between
+    the two waits makes ptxas wait for the in-flight matmul before it (seen in the SASS)."""
     if CAUSAL:
-        if start_n + BLOCK_N > off_m:  # the tile crosses the diagonal: mask it
+        if BRANCH_FREE:
+            rows = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            cols = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            s = gl.where(rows[:, None] >= cols[None, :], s, float("-inf"))
+        elif start_n + BLOCK_N > off_m:  # the tile crosses the diagonal: mask it
             rows = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
             cols = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
             s = gl.where(rows[:, None] >= cols[None, :], s, float("-inf"))
@@ -71,6 +78,27 @@ def _softmax_tile(
     alpha = gl.exp2(m_i - m_new)
     l_new = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_new, alpha
+
+
+@gluon.jit
+def _stage_p(p, p_prev, p_smem, P_SMEM: gl.constexpr, p_layout: gl.constexpr):
+    """Hand tile j's P to the next P V: into shared memory (``P_SMEM``; `p_prev` stays a
+    placeholder) or into registers in the matmul's operand layout (the new `p_prev`)."""
+    if P_SMEM:
+        p_smem.store(p.to(p_smem.dtype))
+        fence_async_shared()  # the wgmma reads it through the async proxy
+        return p_prev
+    else:
+        return gl.convert_layout(p.to(p_smem.dtype), p_layout)
+
+
+@gluon.jit
+def _issue_pv(p_prev, p_smem, v_tile, acc, P_SMEM: gl.constexpr):
+    """Issue O += P V asynchronously, P from shared memory or from registers."""
+    if P_SMEM:
+        return warpgroup_mma(p_smem, v_tile, acc, is_async=True)
+    else:
+        return warpgroup_mma(p_prev, v_tile, acc, is_async=True)
 
 
 @gluon.jit
@@ -88,6 +116,7 @@ def attn_fwd(
     STAGES: gl.constexpr,
     CAUSAL: gl.constexpr,
     OVERLAP: gl.constexpr,
+    P_SMEM: gl.constexpr = False,
 ):
     NUM_WARPS: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = q_desc.dtype
@@ -112,6 +141,13 @@ def attn_fwd(
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    if P_SMEM:  # one buffer: P_j is written after P_{j-1} V_{j-1} has been waited for
+        p_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+            [BLOCK_M, BLOCK_N], dtype
+        )
+        p_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], p_smem_layout)
+    else:
+        p_smem = q_smem  # a placeholder: P stays in registers
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -142,7 +178,7 @@ def attn_fwd(
     p, m_i, l_i, alpha = _softmax_tile(
         s, m_i, l_i, qk_scale, 0, off_m, CAUSAL, BLOCK_M, BLOCK_N, s_layout
     )
-    p_prev = gl.convert_layout(p.to(dtype), p_layout)
+    p_prev = _stage_p(p, gl.zeros([BLOCK_M], gl.float32, row_s), p_smem, P_SMEM, p_layout)
 
     for j in range(1, n_tiles):
         slot = j % STAGES
@@ -153,10 +189,10 @@ def attn_fwd(
             s = warpgroup_mma(
                 q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True
             )
-            acc = warpgroup_mma(p_prev, v_smem.index(prev), acc, is_async=True)
+            acc = _issue_pv(p_prev, p_smem, v_smem.index(prev), acc, P_SMEM)
             s = warpgroup_mma_wait(1, deps=(s,))
         else:  # each matmul waited for at once
-            acc = warpgroup_mma(p_prev, v_smem.index(prev), acc, is_async=True)
+            acc = _issue_pv(p_prev, p_smem, v_smem.index(prev), acc, P_SMEM)
             acc = warpgroup_mma_wait(0, deps=(acc,))
             s = warpgroup_mma(
                 q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True
@@ -164,17 +200,17 @@ def attn_fwd(
             s = warpgroup_mma_wait(0, deps=(s,))
         _load_tile(k_desc, row0, k_bars, k_smem, j + STAGES, n_tiles, STAGES, BLOCK_N)
         p, m_i, l_i, alpha = _softmax_tile(
-            s, m_i, l_i, qk_scale, j * BLOCK_N, off_m, CAUSAL, BLOCK_M, BLOCK_N, s_layout
+            s, m_i, l_i, qk_scale, j * BLOCK_N, off_m, CAUSAL, BLOCK_M, BLOCK_N, s_layout, P_SMEM
         )
         if OVERLAP:
             acc = warpgroup_mma_wait(0, deps=(acc,))
         _load_tile(v_desc, row0, v_bars, v_smem, j - 1 + STAGES, n_tiles, STAGES, BLOCK_N)
         acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        p_prev = gl.convert_layout(p.to(dtype), p_layout)
+        p_prev = _stage_p(p, p_prev, p_smem, P_SMEM, p_layout)
 
     last = (n_tiles - 1) % STAGES
     mbarrier.wait(v_bars.index(last), ((n_tiles - 1) // STAGES) & 1)
-    acc = warpgroup_mma(p_prev, v_smem.index(last), acc, is_async=True)
+    acc = _issue_pv(p_prev, p_smem, v_smem.index(last), acc, P_SMEM)
     acc = warpgroup_mma_wait(0, deps=(acc,))
 
     mbarrier.invalidate(q_bar)
