@@ -1,7 +1,10 @@
 """Next step for the backward, not yet run on a GPU: FlashAttention's backward in Gluon.
 
 Status: written and compiled for sm_90 on a CPU (`--compile-only`, which also runs ptxas on
-every kernel and reports registers and spills); never run. Nothing in the package uses it.
+every kernel and reports registers, spills and the SASS schedule); never run. The SASS keeps
+the dK/dV kernel's exp2s under the in-flight dP^T in every configuration (Triton 3.6's
+ptxas), unlike version 5's forward at its table tile; the causal 8-warp 64x128 dK/dV tiles
+spill inside the loop, the 32x128 one does not. Nothing in the package uses it.
 The first GPU call that has time for it runs::
 
     python benchmarks/scripts/gluon_bwd_experiment.py --out bwd.json    # on the H200
@@ -74,6 +77,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from mlinfra_lab.attention._gluon_kernels import _tma_load, _tma_store, wgmma_layout
+from mlinfra_lab.attention.machine_code import disassemble, schedule
 
 LOG2E = 1.4426950408889634
 TOKENS, FEATURES = 16384, 2048
@@ -421,6 +425,8 @@ def compile_only() -> list[dict]:
                         "causal": causal,
                         "smem_bytes": compiled.metadata.shared,
                         "ptxas": ptxas_report(compiled.asm["ptx"]),
+                        # M matmul, W<n> wait, E exp2, S/L spill (mlinfra_lab.attention.machine_code)
+                        "sass": schedule(disassemble(compiled)),
                     }
                     print(json.dumps(row), flush=True)
                     out.append(row)
