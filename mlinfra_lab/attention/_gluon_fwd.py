@@ -22,11 +22,17 @@ Design decisions:
   then ``O += P_{j-1} V_{j-1}`` behind it, waits for S_j only (``warpgroup_mma_wait(1)``),
   runs tile j's softmax while the P V matmul still runs on the Tensor Cores, then waits
   for it (``wait(0)``) and rescales O. ``OVERLAP=False`` is the plain schedule (each
-  matmul waited for at once), the control that isolates what the overlap buys.
+  matmul waited for at once), the control that isolates what the overlap buys. That is the
+  PTX; the SASS can differ: at the D=128 table tile ptxas waits for P V before the softmax
+  (`machine_code.softmax_in_flight` reads 0%), so there the measured gain over the plain
+  schedule is the two matmuls issued back to back, not the softmax under P V.
 - A K buffer is refilled as soon as its QK^T is done, a V buffer as soon as its P V is;
   with two stages each load has a whole iteration to land.
-- P goes to the second matmul from registers (wgmma's A operand), never through shared
-  memory; O goes out through shared memory (Q's buffer, free by then) and one TMA store.
+- P goes to the second matmul from registers (wgmma's A operand); O goes out through shared
+  memory (Q's buffer, free by then) and one TMA store. ``GluonConfig.p_smem`` (the ``-ps``
+  configurations, not yet measured, not in the table) stages P through one shared-memory
+  buffer instead and masks causal tiles without a branch; their SASS keeps most of the
+  softmax in flight under P V.
 - Causal programs run the heaviest query tiles first (reversed tile order) and stop at
   the diagonal; only tiles that cross the diagonal are masked (a uniform branch).
 

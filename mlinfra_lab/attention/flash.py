@@ -77,8 +77,10 @@ v1 at D=128. Measured in two H200 runs of a dozen configurations
 (``benchmarks/results/h200-gluon-configs-2026-12-04-run*.json``), the best configuration per
 shape ran 1.04-1.37x v1 and 0.72-0.95x cuDNN at D=128 (0.79-0.95x at N >= 4k, where v1 reached
 0.74-0.81x), 0.92-1.21x v1 and 0.76-1.07x cuDNN at D=64; at D=128 the overlap is worth 2-8%
-over the same kernel's plain schedule, at D=64 the plain schedule won most shapes. Causal
-D=64 at 1k tokens stays on v1 (every v5 configuration was slower there).
+over the same kernel's plain schedule (its SASS, read by `machine_code`, waits for P V before
+the softmax at that tile: the gain is the two matmuls issued back to back), at D=64 the plain
+schedule won most shapes. Causal D=64 at 1k tokens stays on v1 (every v5 configuration was
+slower there).
 Three sweeps of the benchmark with the default kernel
 (``benchmarks/results/h200-fwd-v5-default-2026-12-04-run*.json``): 0.86-0.94x cuDNN at D=128
 and N >= 4k (v1 in the same runs: 0.75-0.79x), 0.96-1.06x at D=64; at least 1.25x SDPA's
