@@ -38,6 +38,9 @@ G = GluonConfig
 # softmax between the two waits where the register form's does not (`machine_code`;
 # `--compile-only` prints each one's share of exp2s that run while P V is in flight).
 # Rounds 1 and 2 are in benchmarks/results/h200-gluon-configs-2026-12-04-run*.json.
+# Prediction for round 3 (written before it ran): at D=128 and N >= 4k the best -ps form runs
+# 1.03-1.10x the table's overlap-m128n64w4s2 (the softmax is about a third of the loop's issue
+# slots, now under P V), less the cost of a 16 KB shared-memory store of P per tile.
 CONFIGS = {
     64: [
         G(128, 128, 8, 2, False),
