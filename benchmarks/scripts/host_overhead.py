@@ -88,17 +88,7 @@ def breakdown() -> list[dict]:
 
     descs = descriptors()
     grid = (n // cfg.block_m, b * h)
-    consts = dict(
-        HEAD_DIM=d,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        STAGES=cfg.stages,
-        CAUSAL=causal,
-        OVERLAP=cfg.overlap,
-        P_SMEM=cfg.p_smem,
-        num_warps=cfg.num_warps,
-        maxnreg=cfg.maxnreg,
-    )
+    consts = g.launch_options(cfg, d, causal)
     kernel = g._kernel()
     flash.flash_attention(q, k, v, causal=causal, version=1)  # v1: autotune once
     best = flash._kernels()["fwd"].best_config

@@ -56,6 +56,7 @@ __all__ = [
     "descriptors",
     "gluon_forward",
     "launch",
+    "launch_options",
     "pick_config",
     "shape_problem",
     "unusable",
@@ -228,11 +229,15 @@ def launch(
     lse = torch.empty((b * h, n), device=q.device, dtype=torch.float32)
     grid = (n // cfg.block_m, b * h)
     _kernel()[grid](
-        *descriptors(q, k, v, o, cfg),
-        lse,
-        n,
-        sm_scale * LOG2E,
-        HEAD_DIM=d,
+        *descriptors(q, k, v, o, cfg), lse, n, sm_scale * LOG2E, **launch_options(cfg, d, causal)
+    )
+    return o, lse
+
+
+def launch_options(cfg: GluonConfig, head_dim: int, causal: bool) -> dict[str, Any]:
+    """The kernel's compile-time constants and launch options for this configuration."""
+    return dict(
+        HEAD_DIM=head_dim,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         STAGES=cfg.stages,
@@ -242,7 +247,6 @@ def launch(
         num_warps=cfg.num_warps,
         maxnreg=cfg.maxnreg,
     )
-    return o, lse
 
 
 def descriptors(
