@@ -59,10 +59,14 @@ def test_version_5_builds_read_back_as_their_schedules_claim():
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
     from mlinfra_lab.attention._gluon_fwd import GluonConfig, pick_config
 
-    table = pick_config(128, False, 4096)
-    overlap = mc.forward_schedule(128, False, table)
-    plain = mc.forward_schedule(128, False, GluonConfig(128, 64, 4, 2, overlap=False))
-    staged = mc.forward_schedule(128, True, GluonConfig(128, 64, 8, 2, True, p_smem=True))
+    overlap, plain, staged = mc.forward_schedules(
+        [
+            (128, False, pick_config(128, False, 4096)),
+            (128, False, GluonConfig(128, 64, 4, 2, overlap=False)),
+            (128, True, GluonConfig(128, 64, 8, 2, True, p_smem=True)),
+        ]
+    )
+    assert overlap["config"] == "overlap-m128n64w4s2" and staged["config"].startswith("overlap-ps")
     assert "W1" in overlap["schedule"] and overlap["register_a_matmuls"] > 0
     assert plain["softmax_in_flight"] is None and "W1" not in plain["schedule"]
     assert staged["register_a_matmuls"] == 0 and "W1" in staged["schedule"]

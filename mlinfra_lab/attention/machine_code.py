@@ -21,7 +21,7 @@ Design decisions:
   test or a chapter cell can show and check a schedule on any machine with Triton installed.
 - Only version 5's loop shape is understood (one ``W1`` per iteration); other kernels get
   their schedule string, and `softmax_in_flight` returns None when there is no ``W1``.
-- `forward_schedule(head_dim, causal, config)` builds version 5 for sm_90 in a child Python
+- `forward_schedules([(head_dim, causal, config), ...])` builds version 5 for sm_90 in a child Python
   without the Triton interpreter (a notebook on a CPU has it switched on, and an interpreted
   kernel has no machine code), so a chapter can read the SASS on any machine.
 """
@@ -44,6 +44,7 @@ __all__ = [
     "MachineCodeError",
     "disassemble",
     "forward_schedule",
+    "forward_schedules",
     "register_a_matmuls",
     "schedule",
     "softmax_in_flight",
@@ -155,23 +156,26 @@ def softmax_in_flight(lines: list[str]) -> float | None:
 _CHILD = """
 import json, sys
 from mlinfra_lab.attention import _gluon_fwd as g, machine_code as mc
-args = json.loads(sys.argv[1])
-cfg = g.GluonConfig(**args["config"])
-kernel = g.compile_for_hopper(args["head_dim"], args["causal"], cfg)
-lines = mc.disassemble(kernel)
-print(json.dumps({"config": cfg.name, "head_dim": args["head_dim"], "causal": args["causal"],
-                  "schedule": mc.schedule(lines), "softmax_in_flight": mc.softmax_in_flight(lines),
-                  "register_a_matmuls": mc.register_a_matmuls(lines),
-                  "smem_bytes": kernel.metadata.shared}))
+for args in json.loads(sys.argv[1]):
+    cfg = g.GluonConfig(**args["config"])
+    kernel = g.compile_for_hopper(args["head_dim"], args["causal"], cfg)
+    lines = mc.disassemble(kernel)
+    print(json.dumps({"config": cfg.name, "head_dim": args["head_dim"], "causal": args["causal"],
+                      "schedule": mc.schedule(lines),
+                      "softmax_in_flight": mc.softmax_in_flight(lines),
+                      "register_a_matmuls": mc.register_a_matmuls(lines),
+                      "smem_bytes": kernel.metadata.shared}))
 """
 
 
-def forward_schedule(head_dim: int, causal: bool, config: Any) -> dict[str, Any]:
-    """Version 5 (`_gluon_fwd.GluonConfig` `config`) built for sm_90 here, no GPU needed:
-    its SASS `schedule`, `softmax_in_flight` and shared memory. Raises `MachineCodeError`
-    when the build fails (a Triton without Gluon, or without its NVIDIA tools)."""
+def forward_schedules(builds: list[tuple[int, bool, Any]]) -> list[dict[str, Any]]:
+    """Version 5 built for sm_90 here, no GPU needed, once per ``(head_dim, causal, config)``
+    (`config` a `_gluon_fwd.GluonConfig`), all in one child process: each build's SASS
+    `schedule`, `softmax_in_flight`, `register_a_matmuls` and shared memory. Raises
+    `MachineCodeError` when a build fails (a Triton without Gluon, or without its NVIDIA
+    tools)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    arg = json.dumps({"head_dim": head_dim, "causal": causal, "config": asdict(config)})
+    arg = json.dumps([{"head_dim": d, "causal": c, "config": asdict(cfg)} for d, c, cfg in builds])
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, arg],
         capture_output=True,
@@ -180,10 +184,15 @@ def forward_schedule(head_dim: int, causal: bool, config: Any) -> dict[str, Any]
         timeout=600,
         check=False,
     )
-    last = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else []
-    if done.returncode or not last:
+    rows = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    if done.returncode or len(rows) != len(builds):
         raise MachineCodeError(
             "could not build version 5 for sm_90 here (it needs Triton >= 3.6 with its NVIDIA "
             f"backend): {done.stderr.strip()[-400:]}"
         )
-    return json.loads(last[0])
+    return rows
+
+
+def forward_schedule(head_dim: int, causal: bool, config: Any) -> dict[str, Any]:
+    """`forward_schedules` for one build."""
+    return forward_schedules([(head_dim, causal, config)])[0]
