@@ -66,7 +66,8 @@ def test_version_5_builds_read_back_as_their_schedules_claim():
             (128, True, GluonConfig(128, 64, 8, 2, True, p_smem=True)),
         ]
     )
-    assert overlap["config"] == "overlap-m128n64w4s2" and staged["config"].startswith("overlap-ps")
+    assert overlap["config"] == pick_config(128, False, 4096).name  # rows come back in order
+    assert staged["config"].startswith("overlap-ps")
     assert "W1" in overlap["schedule"] and overlap["register_a_matmuls"] > 0
     assert plain["softmax_in_flight"] is None and "W1" not in plain["schedule"]
     assert staged["register_a_matmuls"] == 0 and "W1" in staged["schedule"]
