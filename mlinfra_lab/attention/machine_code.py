@@ -12,18 +12,19 @@ exp2s that run between its first ``W1`` and the next wait: the softmax that runs
 ``P V`` is still on the Tensor Cores.
 
 Design decisions:
-- The PTX is not the schedule. ptxas allocates registers and may place a wait earlier than
-  the PTX did: when the softmax's new values are given the registers that an in-flight
-  ``wgmma`` still reads, it must wait for that matmul first. Version 5's PTX has
+- The PTX is not the schedule. ptxas allocates registers and orders instructions, and may
+  place a wait earlier than the PTX did: when the softmax's new values are given registers
+  an in-flight ``wgmma`` still reads, or an instruction that needs that matmul finished is
+  moved ahead of the softmax, it must wait for the matmul first. Version 5's PTX has
   ``wait_group 1``, the softmax, then ``wait_group 0``; its SASS can still wait before the
   softmax, and then the overlap is gone. Only the SASS says which happened.
 - Text in, text out: the events are read from the disassembly with regular expressions, so a
   test or a chapter cell can show and check a schedule on any machine with Triton installed.
 - Only version 5's loop shape is understood (one ``W1`` per iteration); other kernels get
   their schedule string, and `softmax_in_flight` returns None when there is no ``W1``.
-- `forward_schedules([(head_dim, causal, config), ...])` builds version 5 for sm_90 in a child Python
-  without the Triton interpreter (a notebook on a CPU has it switched on, and an interpreted
-  kernel has no machine code), so a chapter can read the SASS on any machine.
+- `forward_schedules([(head_dim, causal, config), ...])` builds version 5 for sm_90 in a
+  child Python without the Triton interpreter (a notebook on a CPU has it switched on, and
+  an interpreted kernel has no machine code), so a chapter can read the SASS anywhere.
 """
 
 from __future__ import annotations
