@@ -323,7 +323,7 @@ def gluon_backward(
     element no program writes shows (the check's setting; timing leaves it off)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from mlinfra_lab.attention.flash import _block_d, _kernels
+    from mlinfra_lab.attention.flash import _launch_delta
 
     b, h, n, d = q.shape
     why = shape_problem(n, causal, config)
@@ -332,9 +332,7 @@ def gluon_backward(
     _, (kv_m, kv_n, kv_w, kv_s), (q_m, q_n, q_w, q_s) = config
     rows = b * h * n
     delta = torch.empty_like(lse)
-    _kernels()["delta"][(-(-n // 64), b * h)](
-        o, do, delta, n, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=64
-    )
+    _launch_delta(o, do, delta, b * h)
     make = (lambda t: torch.full_like(t, float("nan"))) if poison else torch.empty_like
     dq, dk, dv = (make(t) for t in (q, k, v))
 

@@ -74,6 +74,12 @@ class BenchConfig:
     repeats: int = 3  # timings per provider and shape: the row keeps each and their median
 
     @classmethod
+    def gpu(cls) -> BenchConfig:
+        """The full sweep in this GPU's 16-bit dtype (`runtime.half_dtype`: bf16 from Ampere
+        on, fp16 on a T4, where bf16 is emulated and SDPA's fused backends refuse it)."""
+        return cls(dtype=str(runtime.half_dtype()).removeprefix("torch."))
+
+    @classmethod
     def cpu(cls) -> BenchConfig:
         """A tiny sweep that runs in seconds under the Triton interpreter."""
         return cls(

@@ -30,9 +30,8 @@ def _bench(args: argparse.Namespace) -> int:
     from mlinfra_lab.attention import bench
     from mlinfra_lab.errors import CommandError
 
-    cfg = (
-        bench.BenchConfig() if runtime.on_gpu() and not args.cpu_sizes else bench.BenchConfig.cpu()
-    )
+    on_gpu_sizes = runtime.on_gpu() and not args.cpu_sizes
+    cfg = bench.BenchConfig.gpu() if on_gpu_sizes else bench.BenchConfig.cpu()
     overrides = {
         k: v
         for k, v in (
@@ -46,8 +45,6 @@ def _bench(args: argparse.Namespace) -> int:
         overrides["causal"] = (args.causal == "yes",)
     if args.dtype:
         overrides["dtype"] = args.dtype
-    elif runtime.on_gpu() and not args.cpu_sizes:  # bf16 from Ampere on, fp16 on a T4
-        overrides["dtype"] = str(runtime.half_dtype()).removeprefix("torch.")
     if args.repeats is not None:
         if args.repeats < 1:
             raise CommandError(f"--repeats must be at least 1, got {args.repeats}")

@@ -360,9 +360,7 @@ def _backward(
         rows = (e - s) * h
         t = [x[s:e] for x in (q, k, v, do)]
         clse, cdelta = lse[s * h : e * h], delta[s * h : e * h]
-        kern["delta"][(_cdiv(n_q, 64), rows)](
-            o[s:e], t[3], cdelta, n_q, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=64
-        )
+        _launch_delta(o[s:e], t[3], cdelta, rows)
         kern["dkdv_dq" if atomic else "dkdv"][
             lambda m, rows=rows: (_cdiv(n_k, m["BLOCK_N"]), rows)
         ](*t, clse, cdelta, dk[s:e], dv[s:e], dq[s:e], *args, DQ_ATOMIC=atomic, **common)
@@ -371,6 +369,15 @@ def _backward(
                 *t, clse, cdelta, dq[s:e], *args, **common
             )
     return (dq.to(q.dtype) if atomic else dq), dk, dv
+
+
+def _launch_delta(o: torch.Tensor, do: torch.Tensor, delta: torch.Tensor, rows: int) -> None:
+    """delta = rowsum(dO * O) in float32 into `delta` ``[rows, Nq]`` (``rows`` = batch x
+    heads of `o`, at most `MAX_GRID_ROWS`): the backward kernels' per-query constant."""
+    n_q, d = o.shape[-2], o.shape[-1]
+    _kernels()["delta"][(_cdiv(n_q, 64), rows)](
+        o, do, delta, n_q, HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=64
+    )
 
 
 def _cdiv(a: int, b: int) -> int:
