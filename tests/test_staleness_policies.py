@@ -77,12 +77,12 @@ def test_adaptive_runs_are_reproducible():
     np.testing.assert_allclose(a.loss, b.loss)  # no state leaks from one run into the next
 
 
-def test_ssp_wait_group_rule():
-    assert st.ssp_wait_group(10, [5, 9, 9], [1], 8) == [1]  # nobody at the bound
-    assert st.ssp_wait_group(13, [5, 9, 9], [1, 2], 8) == []  # worker 0 at the bound, absent
-    assert st.ssp_wait_group(13, [5, 5, 9], [2, 1, 0], 8) == [0, 1]  # the whole limit group
-    assert st.ssp_wait_group(10, [9, 7, 7], [2, 1], 8) == [2]  # oldest held, first arrived
-    assert st.ssp_wait_group(4, [4, 4, 4], [1, 2, 0], 0) == [0, 1, 2]  # bound 0 is Sync
+def test_delay_wait_group_rule():
+    assert st.delay_wait_group(10, [5, 9, 9], [1], 8) == [1]  # nobody at the bound
+    assert st.delay_wait_group(13, [5, 9, 9], [1, 2], 8) == []  # worker 0 at the bound, absent
+    assert st.delay_wait_group(13, [5, 5, 9], [2, 1, 0], 8) == [0, 1]  # the whole limit group
+    assert st.delay_wait_group(10, [9, 7, 7], [2, 1], 8) == [2]  # oldest held, first arrived
+    assert st.delay_wait_group(4, [4, 4, 4], [1, 2, 0], 0) == [0, 1, 2]  # bound 0 is Sync
 
 
 def test_custom_wait_rule_is_used():
@@ -91,10 +91,10 @@ def test_custom_wait_rule_is_used():
 
     def rule(version, pulled, held, bound):
         calls.append(bound)
-        return st.ssp_wait_group(version, pulled, held, bound)
+        return st.delay_wait_group(version, pulled, held, bound)
 
-    mine = st.simulate(problem, speeds, st.BoundedStaleness(2, "wait", wait_rule=rule), 30, 1.0, 0)
-    ref = st.simulate(problem, speeds, st.BoundedStaleness(2, "wait"), 30, 1.0, 0)
+    mine = st.simulate(problem, speeds, st.BoundedDelay(2, "wait", wait_rule=rule), 30, 1.0, 0)
+    ref = st.simulate(problem, speeds, st.BoundedDelay(2, "wait"), 30, 1.0, 0)
     assert calls and set(calls) == {2}
     np.testing.assert_array_equal(mine.staleness, ref.staleness)
     assert mine.staleness.max() <= 2

@@ -62,11 +62,11 @@ def test_straggler_updates_are_the_stalest():
     assert r.staleness[5:].mean() == pytest.approx(5, abs=0.6), "mean staleness is n - 1"
 
 
-def test_sync_is_bounded_staleness_zero_wait():
+def test_sync_is_bounded_delay_zero_wait():
     p, speeds = st.logreg_problem(), _straggler()
     sync = st.simulate(p, speeds, st.Sync(), 40, 0.5, 0)
-    ssp0 = st.simulate(p, speeds, st.BoundedStaleness(0, "wait"), 40, 0.5, 0)
-    np.testing.assert_array_equal(sync.loss, ssp0.loss)
+    delay0 = st.simulate(p, speeds, st.BoundedDelay(0, "wait"), 40, 0.5, 0)
+    np.testing.assert_array_equal(sync.loss, delay0.loss)
     assert (sync.staleness == 0).all() and (sync.worker == -1).all()
     # every step waits for the straggler (8 s, jitter sigma 0.1)
     assert np.diff(sync.time).mean() == pytest.approx(8.0, rel=0.1)
@@ -78,7 +78,7 @@ def test_bounded_wait_never_exceeds_the_bound(bound):
     r = st.simulate(
         st.logreg_problem(),
         _straggler(),
-        st.BoundedStaleness(bound, "wait"),
+        st.BoundedDelay(bound, "wait"),
         200,
         0.5,
         0,
@@ -93,7 +93,7 @@ def test_bounded_drop_discards_only_too_stale_gradients():
     r = st.simulate(
         st.logreg_problem(),
         _straggler(),
-        st.BoundedStaleness(8, "drop"),
+        st.BoundedDelay(8, "drop"),
         200,
         0.5,
         0,
@@ -137,11 +137,11 @@ def test_bad_input_gives_clear_errors():
     p = st.quadratic_problem(2, 2.0)
     speeds = st.WorkerSpeeds.homogeneous(2)
     with pytest.raises(st.StalenessConfigError, match=">= 0"):
-        st.BoundedStaleness(-1)
+        st.BoundedDelay(-1)
     with pytest.raises(st.StalenessConfigError, match="int"):
-        st.BoundedStaleness(2.5)
+        st.BoundedDelay(2.5)
     with pytest.raises(st.StalenessConfigError, match="mode"):
-        st.BoundedStaleness(2, "skip")
+        st.BoundedDelay(2, "skip")
     with pytest.raises(st.StalenessConfigError, match="at least one worker"):
         st.WorkerSpeeds.homogeneous(0)
     with pytest.raises(st.StalenessConfigError, match="at least one worker"):
@@ -173,7 +173,7 @@ def test_event_budget_stops_a_run_that_cannot_finish():
         st.simulate(
             st.quadratic_problem(2, 2.0),
             _straggler(),
-            st.BoundedStaleness(0, "drop"),
+            st.BoundedDelay(0, "drop"),
             1000,
             0.1,
             0,

@@ -4,8 +4,10 @@ Read in this order (chapter 5 of the course follows it):
 - `problems`: real PyTorch models and data (`quadratic_problem`, `logreg_problem`,
   `mlp_problem`) with batched real gradients;
 - `speeds`: worker speed models (`WorkerSpeeds`): where staleness comes from;
-- `policies`: what the server does with a stale gradient (`Sync`, `Async`,
-  `BoundedStaleness`, `StalenessAwareLR`, `DelayCompensated`);
+- `policies`: what the server does with a stale gradient (`Sync`, `Async`, `SSP` (a bound
+  on the clock gap between workers), `BoundedDelay` (a bound on staleness in updates),
+  `StalenessAwareLR`, `DelayCompensated`);
+- `clocks`: `ClockGate`, the stale synchronous parallel rule on the workers' clocks;
 - `simulator`: `simulate(...) -> SimResult`, the discrete-event parameter server;
 - `theory`: `stability_bound(tau)`, the first-order bias, implicit momentum;
 - `analysis`: histograms, `staleness_loss_correlation`, updates- vs time-to-target;
@@ -19,15 +21,19 @@ from mlinfra_lab.staleness.analysis import (
     time_to_target,
     updates_to_target,
 )
+from mlinfra_lab.staleness.clocks import ClockGate, update_staleness_bound
 from mlinfra_lab.staleness.errors import SimulationStalledError, StalenessConfigError
 from mlinfra_lab.staleness.hogwild import HogwildResult, HogwildWorkerError, run_hogwild
 from mlinfra_lab.staleness.policies import (
+    SSP,
     Async,
+    BoundedDelay,
     BoundedStaleness,
     DelayCompensated,
     Policy,
     StalenessAwareLR,
     Sync,
+    delay_wait_group,
     inverse_staleness,
     power_weight,
     ssp_wait_group,
@@ -46,8 +52,11 @@ from mlinfra_lab.staleness.theory import (
 )
 
 __all__ = [
+    "SSP",
     "Async",
+    "BoundedDelay",
     "BoundedStaleness",
+    "ClockGate",
     "CorrelationResult",
     "DelayCompensated",
     "HogwildResult",
@@ -64,6 +73,7 @@ __all__ = [
     "Sync",
     "WorkerSpeeds",
     "corrected_momentum",
+    "delay_wait_group",
     "delay_spectral_radius",
     "delayed_gd",
     "gradient_staleness_error",
@@ -80,6 +90,7 @@ __all__ = [
     "staleness_histogram",
     "staleness_loss_correlation",
     "time_to_target",
+    "update_staleness_bound",
     "updates_to_target",
     "zhang_weight",
 ]

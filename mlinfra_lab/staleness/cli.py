@@ -15,6 +15,7 @@ POLICIES = (
     "sync",
     "bounded-wait",
     "bounded-drop",
+    "ssp",
     "inverse",
     "zhang",
     "dc",
@@ -28,8 +29,9 @@ def _policy(name: str, bound: int, lam: float):
     return {
         "async": lambda: st.Async(),
         "sync": lambda: st.Sync(),
-        "bounded-wait": lambda: st.BoundedStaleness(bound, "wait"),
-        "bounded-drop": lambda: st.BoundedStaleness(bound, "drop"),
+        "bounded-wait": lambda: st.BoundedDelay(bound, "wait"),
+        "bounded-drop": lambda: st.BoundedDelay(bound, "drop"),
+        "ssp": lambda: st.SSP(bound),
         "inverse": lambda: st.StalenessAwareLR(),
         "zhang": lambda: st.StalenessAwareLR.zhang(),
         "dc": lambda: st.DelayCompensated(lam),
@@ -162,7 +164,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     s.add_argument("--lr", type=float, default=0.5, help="learning rate (default 0.5)")
     s.add_argument("--seed", type=int, default=0, help="seed of speeds and minibatches")
     s.add_argument("--momentum", type=float, default=0.0, help="server momentum (default 0)")
-    s.add_argument("--bound", type=int, default=8, help="max staleness (bounded-* policies)")
+    s.add_argument(
+        "--bound",
+        type=int,
+        default=8,
+        help="max staleness in updates (bounded-*), clock bound (ssp)",
+    )
     s.add_argument(
         "--lam",
         type=float,

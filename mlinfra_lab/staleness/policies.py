@@ -1,20 +1,37 @@
 """Mitigation policies: what the parameter server does with a gradient of staleness s.
 
-Contract: a `Policy` tells the simulator (1) whether workers must wait so that no applied
-update is staler than ``max_staleness`` (``mode="wait"``), (2) the factor ``scale(s)`` that
-multiplies the learning rate of an update of staleness s (0 drops it), and (3) how to
-``correct(grad, theta_now, theta_pulled)`` a gradient for its delay before it is applied.
+Contract: a `Policy` tells the simulator (1) whether workers must wait, and by which rule:
+no applied update staler than ``max_staleness`` updates (``mode="wait"``) or no worker more
+than ``clock_bound`` iterations ahead of the slowest (``mode="clock"``, SSP), (2) the factor
+``scale(s)`` that multiplies the learning rate of an update of staleness s (0 drops it), and
+(3) how to ``correct(grad, theta_now, theta_pulled)`` a gradient for its delay before it is
+applied.
 
-The policies (one small frozen dataclass each, composed by the simulator):
+Two bounds, two units. Staleness s counts *updates* (applied while a gradient was computed);
+a clock counts a worker's own *iterations*. The literature bounds either:
+- `SSP(s)`: stale synchronous parallel (Ho et al. 2013, NeurIPS): a worker at clock c may
+  start its next iteration only if the slowest worker's clock is >= c - s, else it waits
+  (the rule is `clocks.ClockGate`). ``SSP(0)`` is bulk-synchronous parallel (BSP): everyone
+  waits for everyone at every clock; a bound at least as long as the run is plain `Async`.
+  Each gradient is applied alone as it arrives (SSP's updates are additive), so one BSP round
+  applies n gradients computed at the same parameters: ``SSP(0)`` with learning rate lr is
+  `Sync()` (which averages) with lr * n. SSP bounds update staleness only through n:
+  at most (n - 1)(2s + 1) (`clocks.update_staleness_bound`).
+- `BoundedDelay(tau, mode)`: a bound on the delay in updates, the "maximum delay" of the
+  asynchronous-SGD analyses (Lian et al. 2015, NeurIPS, bound T on a gradient's age).
+  ``"wait"``: a worker whose update would leave another worker's pending gradient staler
+  than tau waits (its compute is idle, never wasted). The decision is the pure function
+  `delay_wait_group` (which held gradients to apply now), replaceable through ``wait_rule``
+  (the lab has students write it). Workers at the bound pulled the same version and are
+  averaged into one update, so ``BoundedDelay(0, "wait")`` is `Sync()` *in this simulator*;
+  a server that applied each of them alone would, at tau = 0, admit one worker at a time.
+  ``"drop"``: a gradient staler than tau is discarded and its worker re-pulls (no waiting,
+  but the compute is wasted). `BoundedStaleness` is its former, deprecated name.
+
+The other policies (one small frozen dataclass each, composed by the simulator):
 - `Sync()`: every worker pulls the same version, the server waits for all of them and
   applies their average. Staleness 0, but every update waits for the slowest worker.
 - `Async()`: apply every gradient as it arrives, whatever its staleness (Hogwild!-style).
-- `BoundedStaleness(max_staleness, mode)`: stale synchronous parallel (Ho et al. 2013).
-  ``"wait"``: a worker whose update would leave another worker's pending gradient staler than
-  the bound waits (its compute is idle, never wasted); ``BoundedStaleness(0, "wait")`` is
-  `Sync()`. The decision is the pure function `ssp_wait_group` (which held gradients to
-  apply now), replaceable through ``wait_rule`` (the lab has students write it). ``"drop"``: a gradient staler than the bound is discarded and its worker re-pulls
-  (no waiting, but the compute is wasted).
 - `StalenessAwareLR(weight)`: scale the step by ``weight(s)``, by default ``1/(1+s)``
   (the course's worked example: s=10 applies 1/11 ~ 9%, s=1 applies 50%);
   `StalenessAwareLR.zhang()` is the lr/s rule of Zhang et al. 2016 (IJCAI,
@@ -32,14 +49,16 @@ Momentum is the simulator's ``momentum`` argument; `theory.corrected_momentum` g
 explicit momentum that accounts for the implicit momentum asynchrony adds.
 
 Caveats: the weight functions are called once per update, in Python; keep them cheap. With n
-workers, asynchronous staleness averages n - 1, so a "wait" bound below n - 1 turns much of a
-run into synchronous rounds (correct, and slow: the chapter shows it).
+workers, asynchronous staleness averages n - 1, so a "wait" delay bound below n - 1 turns much
+of a run into synchronous rounds (correct, and slow: the chapter shows it).
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -48,12 +67,15 @@ import torch
 from mlinfra_lab.staleness.errors import StalenessConfigError
 
 __all__ = [
+    "SSP",
     "Async",
+    "BoundedDelay",
     "BoundedStaleness",
     "DelayCompensated",
     "Policy",
     "StalenessAwareLR",
     "Sync",
+    "delay_wait_group",
     "inverse_staleness",
     "power_weight",
     "ssp_wait_group",
@@ -86,10 +108,10 @@ def power_weight(steepness: float) -> Callable[[int], float]:
     return weight
 
 
-def ssp_wait_group(
+def delay_wait_group(
     version: int, pulled: Sequence[int], held: Sequence[int], max_staleness: int
 ) -> list[int]:
-    """The stale-synchronous "wait" rule: which held gradients the server applies now.
+    """The bounded-delay "wait" rule: which held gradients the server applies now.
 
     ``version`` is the server's version, ``pulled[w]`` the version worker w's pending
     gradient was computed at, ``held`` the workers whose gradients have arrived and wait, in
@@ -106,11 +128,26 @@ def ssp_wait_group(
     return [min(held, key=lambda w: pulled[w])] if held else []
 
 
+@functools.wraps(delay_wait_group)
+def ssp_wait_group(
+    version: int, pulled: Sequence[int], held: Sequence[int], max_staleness: int
+) -> list[int]:
+    """Deprecated name of `delay_wait_group` (the rule counts updates; SSP counts clocks)."""
+    warnings.warn(
+        "ssp_wait_group is renamed delay_wait_group: it bounds the delay in updates, "
+        "while SSP (st.SSP) bounds the clock gap between workers",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return delay_wait_group(version, pulled, held, max_staleness)
+
+
 class Policy(abc.ABC):
     """What the server does with a gradient of staleness s (see the module docstring)."""
 
-    max_staleness: int | None = None  # enforced by waiting when mode == "wait"
-    mode: str = "none"  # "wait", "drop" or "none"
+    max_staleness: int | None = None  # updates; enforced by waiting when mode == "wait"
+    clock_bound: int | None = None  # clocks (iterations); enforced when mode == "clock"
+    mode: str = "none"  # "wait", "drop", "clock" or "none"
 
     @abc.abstractmethod
     def scale(self, staleness: int) -> float:
@@ -127,8 +164,8 @@ class Policy(abc.ABC):
         return None if type(self).correct is Policy.correct else self.correct
 
     def wait_group(self, version: int, pulled: Sequence[int], held: Sequence[int]) -> list[int]:
-        """In "wait" mode: the held workers whose gradients to apply now (see `ssp_wait_group`)."""
-        return ssp_wait_group(version, pulled, held, self.max_staleness or 0)
+        """In "wait" mode: the held workers whose gradients to apply now (`delay_wait_group`)."""
+        return delay_wait_group(version, pulled, held, self.max_staleness or 0)
 
     @property
     def label(self) -> str:
@@ -155,12 +192,40 @@ class Sync(Policy):
 
 
 @dataclass(frozen=True)
-class BoundedStaleness(Policy):
-    """Stale synchronous parallel: no applied update is staler than `max_staleness`."""
+class SSP(Policy):
+    """Stale synchronous parallel (Ho et al. 2013): no worker more than `bound` clocks ahead.
+
+    A worker that completed c iterations starts its next one only once the slowest worker
+    has completed at least c - bound; until then it waits (idle). ``SSP(0)`` is BSP. Every
+    gradient is applied alone, at full weight, as it arrives.
+    """
+
+    bound: int = 3  # clocks (iterations) the fastest worker may run ahead of the slowest
+    mode: str = field(default="clock", init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.bound, bool) or not isinstance(self.bound, int) or self.bound < 0:
+            raise StalenessConfigError(
+                f"the SSP bound counts clocks: an int >= 0 (0 is bulk-synchronous), "
+                f"got {self.bound!r}"
+            )
+        object.__setattr__(self, "clock_bound", self.bound)
+
+    def scale(self, staleness: int) -> float:
+        return 1.0
+
+    @property
+    def label(self) -> str:
+        return f"SSP({self.bound})"
+
+
+@dataclass(frozen=True)
+class BoundedDelay(Policy):
+    """Bounded delay: no applied update is staler than `max_staleness` updates."""
 
     max_staleness: int = 8
     mode: str = "wait"  # "wait": fast workers idle; "drop": too-stale gradients are discarded
-    wait_rule: WaitRule = field(default=ssp_wait_group, repr=False, compare=False)
+    wait_rule: WaitRule = field(default=delay_wait_group, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int):
@@ -169,7 +234,7 @@ class BoundedStaleness(Policy):
             )
         if self.max_staleness < 0:
             raise StalenessConfigError(
-                f"max_staleness must be >= 0 (0 is synchronous training), got {self.max_staleness}"
+                f"max_staleness counts updates and must be >= 0, got {self.max_staleness}"
             )
         if self.mode not in ("wait", "drop"):
             raise StalenessConfigError(f"mode must be 'wait' or 'drop', got {self.mode!r}")
@@ -179,6 +244,23 @@ class BoundedStaleness(Policy):
 
     def wait_group(self, version: int, pulled: Sequence[int], held: Sequence[int]) -> list[int]:
         return list(self.wait_rule(version, pulled, held, self.max_staleness))
+
+    @property
+    def label(self) -> str:
+        return f"BoundedDelay({self.max_staleness}, {self.mode!r})"
+
+
+def BoundedStaleness(  # the former class name, kept callable
+    max_staleness: int = 8, mode: str = "wait", wait_rule: WaitRule = delay_wait_group
+) -> BoundedDelay:
+    """Deprecated name of `BoundedDelay`: the bound counts updates (SSP, `SSP`, counts clocks)."""
+    warnings.warn(
+        "BoundedStaleness is renamed BoundedDelay: it bounds the delay in updates; "
+        "stale synchronous parallel, which bounds the clock gap, is st.SSP(bound)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return BoundedDelay(max_staleness, mode, wait_rule)
 
 
 @dataclass(frozen=True)

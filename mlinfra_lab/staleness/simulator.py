@@ -9,9 +9,12 @@ How it works: each worker pulls the server's parameters (version v), draws its o
 minibatch, and finishes computing ``speeds``' duration later; an event queue delivers the
 finished gradients in simulated-time order. An update applied at version v' with a gradient
 pulled at v has staleness s = v' - v: the number of updates applied while it was computed.
-The server then asks the `Policy` what to do: wait (bounded staleness / sync), drop, scale
+The server then asks the `Policy` what to do: wait (bounded delay / sync), drop, scale
 the step, or correct the gradient (DC-ASGD), and applies
 ``theta <- theta - lr * scale * correct(g)`` (through server-side momentum if given).
+Every worker also has a *clock*, the number of iterations (gradients) it has finished; each
+applied update records its clock gap, the gradient's iteration minus the slowest worker's
+clock when it arrived, which is what stale synchronous parallel (`SSP`) bounds.
 
 Design decisions:
 - Gradients are real: ``Problem.batched_grads`` runs the PyTorch model at the worker's
@@ -21,12 +24,17 @@ Design decisions:
   vmapped call. The trajectory is identical to computing each at its own time; the Python
   overhead drops by about the number of workers. This is what makes 64 workers x 20,000
   updates run in a few seconds on a laptop CPU (``mlinfra-lab bench staleness``).
-- The "wait" rule (stale synchronous parallel, measured in updates): the server never applies
+- The "wait" rule (bounded delay, measured in updates): the server never applies
   an update that would leave a pending gradient staler than ``max_staleness``. Workers whose
   pending gradient has reached the bound form the "limit group" (they all pulled the same
   version); nobody else's gradient is applied until the whole group has arrived, and then
   the group's gradients are averaged into one update. With ``max_staleness=0`` this is
   exactly synchronous data parallelism; it never deadlocks, and waiting is idle time.
+- The "clock" rule (`SSP`, Ho et al. 2013, measured in iterations): each gradient is applied
+  alone as it arrives; then its worker starts its next iteration only if it is at most
+  ``clock_bound`` clocks ahead of the slowest worker, else it waits until the slowest catches
+  up (`clocks.ClockGate`). The slowest worker never waits, so this cannot deadlock either.
+  Elastic workers (``WorkerSpeeds.bursts``) are refused: an absent worker's clock stops.
 - Torch runs single-threaded during a simulation (restored afterwards): with tensors this
   small, intra-op threads cost more than they save, badly so on a shared 2-core machine.
 - Randomness: every worker owns a seeded stream for its minibatches and another for its
@@ -49,6 +57,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from mlinfra_lab.staleness.clocks import ClockGate
 from mlinfra_lab.staleness.errors import SimulationStalledError, StalenessConfigError
 from mlinfra_lab.staleness.policies import Policy
 from mlinfra_lab.staleness.problems import Problem, single_thread
@@ -84,6 +93,7 @@ class SimResult:
     staleness: np.ndarray  # (U,) int, staleness of each applied update (max over a group)
     weight: np.ndarray  # (U,) the policy's factor on lr for that update
     worker: np.ndarray  # (U,) worker that pushed it; -1 for an averaged group (sync)
+    clock_gap: np.ndarray  # (U,) int, its iteration minus the slowest clock at arrival (max)
     time: np.ndarray  # (U,) simulated seconds when it was applied
     minibatch_loss: np.ndarray  # (U,) loss of its minibatch(es) at the pulled parameters
     loss_at: np.ndarray  # (E,) number of updates applied when the loss was measured
@@ -132,6 +142,7 @@ class SimResult:
             "updates_per_second": self.updates_per_second,
             "mean_staleness": float(self.staleness.mean()) if self.updates else 0.0,
             "max_staleness": int(self.staleness.max()) if self.updates else 0,
+            "max_clock_gap": int(self.clock_gap.max()) if self.updates else 0,
             "dropped": int(self.dropped_staleness.shape[0]),
         }
 
@@ -165,6 +176,12 @@ def _validate(
         raise StalenessConfigError(f"momentum must lie in (-1, 1), got {momentum!r}")
     if not isinstance(seed, int):
         raise StalenessConfigError(f"seed must be an int, got {seed!r}")
+    if policy.mode == "clock" and speeds.presence:
+        raise StalenessConfigError(
+            f"{policy.label} counts clocks, and an elastic worker's clock stops while it is "
+            "away (it would hold everyone back); use SSP with fixed workers, or Async / "
+            "BoundedDelay with WorkerSpeeds.bursts"
+        )
 
 
 def simulate(
@@ -206,6 +223,9 @@ def _run(
     n, updates, lr, momentum = speeds.n, config.updates, config.lr, config.momentum
     seed, eval_every, max_events = config.seed, config.eval_every, config.max_events
     wait_bound = policy.max_staleness if policy.mode == "wait" else None
+    gate = ClockGate(n, policy.clock_bound or 0) if policy.mode == "clock" else None
+    clock = gate.clock if gate is not None else [0] * n  # iterations each worker finished
+    gap = [0] * n  # clock gap of each worker's last arrived gradient
     corrector = policy.make_corrector()  # per run: may hold state (DC-ASGD-a)
     has_correct = corrector is not None
     durations = speeds.sampler(seed)
@@ -228,7 +248,7 @@ def _run(
     heap: list[tuple[float, int, int, bool]] = []  # (time, order, worker, is_a_return)
     has_presence = bool(speeds.presence)
     seq = 0
-    rec_s, rec_w, rec_worker, rec_t, rec_mb = [], [], [], [], []
+    rec_s, rec_w, rec_worker, rec_t, rec_mb, rec_gap = [], [], [], [], [], []
     dropped: list[int] = []
     loss0 = problem.full_loss(theta)
     loss_at, losses = [0], [loss0]
@@ -259,7 +279,7 @@ def _run(
             grads[w], mb_loss[w] = g[k], float(lo[k])
         pending.clear()
 
-    def apply(ws: list[int], scales: list[float], now: float) -> None:
+    def apply(ws: list[int], scales: list[float], now: float, restart: bool = True) -> None:
         nonlocal theta, velocity, version, diverged
         if any(grads[w] is None for w in ws):
             compute_pending()
@@ -280,13 +300,15 @@ def _run(
         rec_s.append(max(version - pulled_v[w] for w in ws))
         rec_w.append(sum(scales) / len(ws))
         rec_worker.append(ws[0] if len(ws) == 1 else -1)
+        rec_gap.append(max(gap[w] for w in ws))
         rec_t.append(now)
         rec_mb.append(sum(mb_loss[w] for w in ws) / len(ws))
         version += 1
         for w, s in zip(ws, scales, strict=True):
             useful[w] += s * (arrived[w] - started[w])
             idle[w] += now - arrived[w]
-            pull(w, now)
+            if restart:
+                pull(w, now)
         if version % eval_every == 0 or version == updates:
             loss = problem.full_loss(theta)
             loss_at.append(version)
@@ -316,7 +338,14 @@ def _run(
         events += 1
         arrived[w] = now
         compute[w] += now - started[w]
-        if wait_bound is None:
+        gap[w] = clock[w] - min(clock)
+        if gate is not None:  # SSP: apply now, then start whoever the clock bound lets start
+            apply([w], [policy.scale(version - pulled_v[w])], now, restart=False)
+            for u in gate.finish(w):
+                idle[u] += now - arrived[u]  # 0 for w; a released worker waited since then
+                pull(u, now)
+        elif wait_bound is None:
+            clock[w] += 1
             s = version - pulled_v[w]
             sc = policy.scale(s)
             if sc == 0.0:  # dropped: the compute is wasted, the worker starts afresh
@@ -325,9 +354,10 @@ def _run(
             else:
                 apply([w], [sc], now)
         else:
+            clock[w] += 1
             held.append(w)
             while held and version < updates and not diverged:
-                group = policy.wait_group(version, pulled_v, held)  # ssp_wait_group
+                group = policy.wait_group(version, pulled_v, held)  # delay_wait_group
                 if not group:  # the limit group has not all arrived: wait
                     break
                 for u in group:
@@ -344,6 +374,7 @@ def _run(
         staleness=np.asarray(rec_s, dtype=np.int64),
         weight=np.asarray(rec_w, dtype=np.float64),
         worker=np.asarray(rec_worker, dtype=np.int64),
+        clock_gap=np.asarray(rec_gap, dtype=np.int64),
         time=np.asarray(rec_t, dtype=np.float64),
         minibatch_loss=np.asarray(rec_mb, dtype=np.float64),
         loss_at=np.asarray(loss_at, dtype=np.int64),
