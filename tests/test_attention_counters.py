@@ -72,3 +72,31 @@ def test_plot_counters_draws_both_panels_from_a_result():
         }
     )
     assert len(fig.axes) == 2 and len(fig.axes[1].patches) == 2 * len(counters.BANK_CASES)
+
+
+def test_kernel_summary_condenses_time_bytes_pipes_and_stalls():
+    row = {
+        "kernel": "attn_fwd",
+        "gpu__time_duration.sum": 1_250_000.0,  # ns
+        "dram__bytes_read.sum": 3e8,
+        "dram__bytes_write.sum": 1e8,
+        "launch__registers_per_thread": 168.0,
+        "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active": 71.5,
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": 0.0,
+        "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": 0.4,
+        "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": 2.5,
+        "smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio": 0.0,
+        "launch__grid_size": "n/a",  # a value ncu left as text is skipped
+    }
+    got = counters.kernel_summary(row)
+    assert got["kernel"] == "attn_fwd" and got["time_us"] == 1250.0
+    assert got["dram_read_bytes"] == 3e8 and got["registers_per_thread"] == 168.0
+    assert "grid_size" not in got and "sm_throughput_pct" not in got
+    assert list(got["tensor_pipes_pct"].values()) == [71.5, 0.0]
+    assert got["stalls_per_issue"] == {"math_pipe_throttle": 2.5, "barrier": 0.4}
+
+
+def test_the_kernel_profile_without_ncu_says_what_it_needs(monkeypatch):
+    monkeypatch.setattr(counters.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match="ncu .* is not on the PATH"):
+        counters.profile_kernels()

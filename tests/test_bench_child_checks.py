@@ -1,5 +1,5 @@
 """The GPU experiments' safety net: each configuration's check runs in a child process with
-a time limit (`benchmarks/scripts/child_checks.py`), so a kernel that waits forever on a
+a time limit (`benchmarks/experiments/child_checks.py`), so a kernel that waits forever on a
 wrong mbarrier phase costs that configuration, not the device call. Checked here with
 children that pass, fail, crash and hang."""
 
@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "experiments"))
 
 from child_checks import check_in_children  # noqa: E402 (a script folder, not a package)
 
@@ -39,3 +39,21 @@ def test_a_hang_or_a_crash_fails_only_its_own_configuration(tmp_path, capsys):
     assert by["hang"] == {"ok": False, "error": "no answer in 3 s (hung)", "config": "hang"}
     assert by["crash"]["ok"] is False and "illegal memory access" in by["crash"]["error"]
     assert capsys.readouterr().out.count('"config"') == 4  # one progress line each
+
+
+def test_children_run_in_parallel_and_keep_their_order(tmp_path):
+    """With ``jobs``, four children that each sleep one second answer in about one second,
+    and the entries come back in the order the names were given."""
+    import time
+
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import json, sys, time\n"
+        "time.sleep(1)\n"
+        "print(json.dumps({'ok': sys.argv[2] != 'b'}))\n"
+    )
+    t0 = time.perf_counter()
+    checks, good = check_in_children(str(child), ["a", "b", "c", "d"], limit=20, jobs=4)
+    assert time.perf_counter() - t0 < 3.5
+    assert [c["config"] for c in checks] == ["a", "b", "c", "d"]
+    assert good == ["a", "c", "d"]

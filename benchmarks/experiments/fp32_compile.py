@@ -1,6 +1,6 @@
 """Compile time of the float32 attention kernels against their fixed tile, on a fresh cache.
 
-Contract: ``python benchmarks/scripts/fp32_compile.py`` on a CUDA GPU (repository root on
+Contract: ``python benchmarks/experiments/fp32_compile.py`` on a CUDA GPU (repository root on
 PYTHONPATH) runs chapter 1's head-dim padding cell (forward at N=100/D=80 and N=37/D=96,
 float32) and a forward+backward at N=100/D=80, once per candidate fp32 tile and dot precision,
 each in its own process with an empty ``TRITON_CACHE_DIR``; it prints one JSON row per trial

@@ -2,32 +2,36 @@
 
 Usage (on the GPU machine, from the repository root)::
 
-    python benchmarks/scripts/gluon_fwd_experiment.py --out results.json
-    python benchmarks/scripts/gluon_fwd_experiment.py --compile-only   # any machine: sm_90 builds
+    python benchmarks/experiments/gluon_fwd_experiment.py --out results.json
+    python benchmarks/experiments/gluon_fwd_experiment.py --compile-only   # any machine: sm_90 builds
 
 For each configuration in `CONFIGS` and each head dim / causal flag it checks O and the LSE
-against float32 attention (odd batch x heads, several lengths), then times the forward on
-the benchmark's sweep (16k tokens x 2048 features, bf16) side by side with version 1, SDPA's
-FlashAttention-2 and cuDNN backends, in the same process, alternating providers per shape.
-A configuration that fails to compile or to match is reported and skipped, never timed.
-Times are `triton.testing.do_bench` medians; the JSON records device, versions and date.
+against float32 attention (odd batch x heads, several lengths), each check in a child process
+with a time limit (`child_checks`: a wrong barrier phase hangs a kernel; ``--jobs`` children
+at once), then times the forward on the benchmark's sweep (16k tokens x 2048 features, bf16)
+side by side with version 1, SDPA's FlashAttention-2 and cuDNN backends, in the same
+process, ``--passes`` times per shape (every other pass in reverse provider order; ``tflops``
+is the best pass, ``tflops_passes`` keeps each). A configuration that fails to compile, to
+match or to answer in time is reported and skipped, never timed. Times are
+`triton.testing.do_bench` medians; the JSON records device, versions and date, and is
+rewritten after every shape, so a run cut off by its time limit keeps what it finished.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import platform
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
+from child_checks import check_in_children, run_header, write_json  # this folder's helpers
 
 from mlinfra_lab.attention._gluon_fwd import GluonConfig, compile_for_hopper, gluon_forward
 from mlinfra_lab.attention.machine_code import disassemble, softmax_in_flight
@@ -124,12 +128,28 @@ def time_shape(d: int, n: int, causal: bool, fns: dict) -> dict:
     return out
 
 
+def child_name(d: int, causal: bool, cfg: GluonConfig) -> str:
+    return f"d{d}-{'causal' if causal else 'full'}-{cfg.name}"
+
+
+def from_child_name(name: str) -> tuple[int, bool, GluonConfig]:
+    for d, cfgs in CONFIGS.items():
+        for cfg in cfgs:
+            for causal in (False, True):
+                if child_name(d, causal, cfg) == name:
+                    return d, causal, cfg
+    raise KeyError(name)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the results here (JSON)")
     parser.add_argument("--compile-only", action="store_true", help="build for sm_90, no GPU")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # one config's check, in a child
+    parser.add_argument("--limit", type=float, default=120, help="seconds per configuration check")
+    parser.add_argument("--jobs", type=int, default=8, help="checks at once (child processes)")
+    parser.add_argument("--passes", type=int, default=2, help="timings per provider and shape")
     args = parser.parse_args()
-    import triton
 
     if args.compile_only:
         for d, cfgs in CONFIGS.items():
@@ -142,6 +162,13 @@ def main() -> int:
                         f"D={d} causal={causal} {cfg.name}: smem {k.metadata.shared} B, "
                         f"exp2s while P V is in flight (SASS): {during}"
                     )
+        return 0
+    if args.child:
+        d, causal, cfg = from_child_name(args.child)
+        with torch.no_grad():
+            entry = {"head_dim": d, "causal": causal, "config": cfg.name}
+            entry.update(check(cfg, d, causal))
+        print(json.dumps(entry))
         return 0
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -157,38 +184,37 @@ def main() -> int:
         return call
 
     result = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **run_header(),
         "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "tokens": TOKENS,
         "features": FEATURES,
         "dtype": "bfloat16",
+        "passes": args.passes,
         "checks": [],
         "rows": [],
     }
+    # each check in a child with a time limit: a wrong barrier phase in a new form hangs its
+    # kernel, and only killing the process frees the GPU (child_checks)
+    names = [
+        child_name(d, causal, cfg)
+        for d, cfgs in CONFIGS.items()
+        for cfg in cfgs
+        for causal in (False, True)
+        if not (causal and cfg.block_m % cfg.block_n)  # never launched: it would wait forever
+    ]
+    checks, passed = check_in_children(__file__, names, args.limit, jobs=args.jobs)
+    result["checks"] = checks
+    write_json(args.out, result)
+    good: dict[tuple[int, bool], dict[str, GluonConfig]] = {}
+    for name in passed:
+        d, causal, cfg = from_child_name(name)
+        good.setdefault((d, causal), {})[cfg.name] = cfg
     with torch.no_grad():
-        for d, cfgs in CONFIGS.items():
-            good = {}
-            for cfg in cfgs:
-                for causal in (False, True):
-                    if causal and cfg.block_m % cfg.block_n:
-                        continue  # never launched: the diagonal program would wait forever
-                    entry = {"head_dim": d, "causal": causal, "config": cfg.name}
-                    try:
-                        entry.update(check(cfg, d, causal))
-                    except Exception as err:  # noqa: BLE001 - reported, then skipped
-                        entry.update(ok=False, error=traceback.format_exc(limit=3)[-1500:])
-                        print(f"D={d} causal={causal} {cfg.name}: {type(err).__name__}: {err}")
-                    print(json.dumps(entry))
-                    result["checks"].append(entry)
-                    if entry["ok"]:
-                        good.setdefault(causal, {})[cfg.name] = cfg
+        for d in CONFIGS:
             for causal in (False, True):
                 for n in LENGTHS:
                     fns = {"v1": lambda q, k, v, c: flash_attention(q, k, v, causal=c, version=1)}
-                    for name, cfg in good.get(causal, {}).items():
+                    for name, cfg in good.get((d, causal), {}).items():
                         if n % cfg.block_m == 0:
                             fns[name] = lambda q, k, v, c, cfg=cfg: gluon_forward(
                                 q, k, v, c, q.shape[-1] ** -0.5, cfg
@@ -196,11 +222,24 @@ def main() -> int:
                     fns["sdpa_flash"] = sdpa_with(SDPBackend.FLASH_ATTENTION)
                     fns["sdpa_cudnn"] = sdpa_with(SDPBackend.CUDNN_ATTENTION)
                     row = {"head_dim": d, "seq": n, "causal": causal}
-                    row["tflops"] = time_shape(d, n, causal, fns)
-                    print(json.dumps(row))
+                    # each pass times every provider once, the second in reverse order, so a
+                    # drift of the clock over the shape shows as spread, not as a ranking
+                    passes = []
+                    for i in range(args.passes):
+                        order = dict(reversed(fns.items())) if i % 2 else fns
+                        passes.append(time_shape(d, n, causal, order))
+                    row["tflops_passes"] = passes
+                    row["tflops"] = {
+                        k: (
+                            max(p[k] for p in passes)
+                            if all(isinstance(p[k], float) for p in passes)
+                            else passes[0][k]
+                        )
+                        for k in fns
+                    }
+                    print(json.dumps(row), flush=True)
                     result["rows"].append(row)
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+                    write_json(args.out, result)
     return 0
 
 

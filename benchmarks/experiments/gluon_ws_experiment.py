@@ -4,8 +4,8 @@ Status: written and compiled for sm_90 on a CPU (Triton 3.6, `--compile-only`, w
 reports ptxas's registers and the setmaxnreg budgets); never run.
 Nothing in the package uses it. The first GPU call of the next session runs it::
 
-    python benchmarks/scripts/gluon_ws_experiment.py --out ws.json     # on the H200
-    python benchmarks/scripts/gluon_ws_experiment.py --compile-only    # any machine
+    python benchmarks/experiments/gluon_ws_experiment.py --out ws.json     # on the H200
+    python benchmarks/experiments/gluon_ws_experiment.py --compile-only    # any machine
 
 What it adds to version 5 (`mlinfra_lab/attention/_gluon_kernels.py`): one program holds two
 consumer warpgroups of 4 warps (64 query rows each, sharing every K and V tile) and one
@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
-from child_checks import check_in_children, run_header  # this folder's helpers
+from child_checks import check_in_children, run_header, write_json  # this folder's helpers
 from gluon_fwd_experiment import reference  # this folder's script: the float32 reference
 from sm90_report import ptxas_report, register_budgets  # this folder's helper
 from triton.experimental import gluon
@@ -456,7 +456,7 @@ def check_one(name: str) -> dict:
     }
 
 
-def time_all(good: list[str]) -> list[dict]:
+def time_all(good: list[str], result: dict, out: Path | None) -> None:
     """D=128, the benchmark's sweep (16k tokens x 2048 features): the WS configurations next
     to version 5's table configuration, version 1 and cuDNN, in this process."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -470,7 +470,6 @@ def time_all(good: list[str]) -> list[dict]:
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return sdpa(q, k, v, is_causal=causal)
 
-    rows = []
     with torch.no_grad():
         for causal in (False, True):
             for n in (1024, 4096, 16384):
@@ -496,8 +495,8 @@ def time_all(good: list[str]) -> list[dict]:
                     tf[name] = flops / ms * 1e-9
                 row = {"head_dim": d, "seq": n, "causal": causal, "tflops": tf}
                 print(json.dumps(row), flush=True)
-                rows.append(row)
-    return rows
+                result["rows"].append(row)
+                write_json(out, result)
 
 
 def main() -> int:
@@ -506,6 +505,7 @@ def main() -> int:
     parser.add_argument("--compile-only", action="store_true", help="build for sm_90, no GPU")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # one config's check, in a child
     parser.add_argument("--limit", type=float, default=90, help="seconds per configuration check")
+    parser.add_argument("--jobs", type=int, default=6, help="checks at once (child processes)")
     args = parser.parse_args()
     if args.compile_only:
         compile_only()
@@ -513,10 +513,11 @@ def main() -> int:
     if args.child:
         print(json.dumps(check_one(args.child)))
         return 0
-    checks, good = check_in_children(__file__, [c[0] for c in CONFIGS], args.limit)
-    result = dict(run_header(), checks=checks, rows=time_all(good))
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    names = [c[0] for c in CONFIGS]
+    checks, good = check_in_children(__file__, names, args.limit, jobs=args.jobs)
+    result = dict(run_header(), checks=checks, rows=[])
+    write_json(args.out, result)
+    time_all(good, result, args.out)
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Usage (on a GPU machine, from the repository root)::
 
-    python benchmarks/scripts/host_overhead.py --out host-overhead.json
+    python benchmarks/experiments/host_overhead.py --out host-overhead.json
 
 For each provider and shape it launches the forward ``CALLS`` times back to back and reports
 three numbers per call: the host's wall time to issue the launches (``host_us``: Python, the

@@ -1,6 +1,6 @@
 """Does Triton's automatic warp specialisation compile chapter 1's forward kernel on this GPU?
 
-Contract: ``python benchmarks/scripts/warp_specialize_probe.py [--out FILE]`` launches the
+Contract: ``python benchmarks/experiments/warp_specialize_probe.py [--out FILE]`` launches the
 version-2 forward (`_fwd_kernel_v2`: TMA loads through in-kernel tensor descriptors) with
 ``WARP_SPECIALIZE=True`` (``tl.range(..., warp_specialize=True)`` on its main loop) at head
 dims 64 and 128, causal and not, 4 and 8 warps, on a 128 x 64 tile with 3 stages, and

@@ -284,7 +284,7 @@ def _fwd_inner_v2(
     # the TMA loads and consumer warpgroups doing the dots and the softmax (Triton's automatic
     # warp specialisation, FA3's producer/consumer idea). Triton 3.6 on Hopper fails to compile
     # it at 4 warps and skips it at 8 (benchmarks/results/h200-warp-specialize-*.json), so
-    # only `benchmarks/scripts/warp_specialize_probe.py` sets it; launchers never do.
+    # only `benchmarks/experiments/warp_specialize_probe.py` sets it; launchers never do.
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         k = k_desc.load([off_bh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # unscaled, fp32

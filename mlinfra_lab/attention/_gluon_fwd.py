@@ -90,7 +90,7 @@ class GluonConfig:
 
 # The configuration per (head dim, causal), by sequence length: (longest length, config),
 # None where version 1 measured faster. Chosen from two H200 runs of
-# benchmarks/scripts/gluon_fwd_experiment.py (benchmarks/results/h200-gluon-configs-*.json):
+# benchmarks/experiments/gluon_fwd_experiment.py (benchmarks/results/h200-gluon-configs-*.json):
 # at D=64 the plain schedule with 128x128 tiles (8 warps non-causal, 4 causal) beat the overlap;
 # at D=128 the overlap with 128x64 tiles and 4 warps (two programs per SM) won every shape;
 # causal D=64 at 1k tokens ran 230-254 TFLOP/s in every configuration against v1's 277. The

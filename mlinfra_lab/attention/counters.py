@@ -8,6 +8,13 @@ CuPy) measures, and writes as JSON beside the models' predictions:
   padded column and a swizzled column, against `bank_conflict_degree`.
 `parse_ncu_csv(text)` reads ``ncu --csv --page raw`` output (tested on the CPU).
 
+``python -m mlinfra_lab.attention.counters --kernels --out FILE`` profiles instead the
+kernels of one forward and one backward of our default kernel and of cuDNN's (SDPA pinned to
+CUDNN_ATTENTION) at the sweep's D=128, N=8k point (`PROFILE_SHAPE`, bf16, causal and not):
+per kernel its time, DRAM bytes, tensor-pipe and issue utilisation, occupancy, registers and
+its warp stall reasons (Nsight Compute's ``PROFILE_SECTIONS``), so the gap to cuDNN is
+explained by counters. `kernel_summary(row)` condenses one kernel's raw metrics (CPU-tested).
+
 Design decisions:
 - Each measurement is its own ``ncu`` run of a small target (this module with ``_dram`` or
   ``_banks``), started with ``--profile-from-start off``: compiling, autotuning and warm-up
@@ -29,6 +36,7 @@ import argparse
 import csv
 import datetime as _dt
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -38,10 +46,14 @@ from typing import Any
 __all__ = [
     "BANK_CASES",
     "DRAM_METRICS",
+    "PROFILE_SECTIONS",
+    "PROFILE_SHAPE",
     "SMEM_METRICS",
     "committed_counters",
+    "kernel_summary",
     "parse_ncu_csv",
     "plot_counters",
+    "profile_kernels",
     "run",
 ]
 
@@ -64,6 +76,21 @@ BANK_CASES: dict[str, dict[str, Any]] = {
     "column, fp16 32x64": dict(rows=32, cols=64, elem_bytes=2, read="column"),
     "column, fp16 32x64, pad 2": dict(rows=32, cols=64, elem_bytes=2, read="column", pad_elems=2),
 }
+# The kernel profile (`profile_kernels`): the benchmark sweep's D=128, N=8k point
+# (16k tokens x 2048 features), the Nsight Compute sections that hold throughput, pipe
+# utilisation, occupancy and stall reasons, and DRAM bytes and time named explicitly.
+PROFILE_SHAPE = dict(batch=2, heads=16, seq=8192, head_dim=128)
+PROFILE_PROVIDERS = ("ours", "sdpa_cudnn")
+PROFILE_SECTIONS = (
+    "SpeedOfLight",
+    "ComputeWorkloadAnalysis",
+    "MemoryWorkloadAnalysis",
+    "WarpStateStats",
+    "SchedulerStats",
+    "Occupancy",
+    "LaunchStats",
+)
+PROFILE_METRICS = ("gpu__time_duration.sum", *("dram__bytes_read.sum", "dram__bytes_write.sum"))
 DRAM_SHAPE = dict(batch=4, heads=16, head_dim=64)  # bf16; the sequence length varies
 DRAM_SEQS = (512, 1024, 2048, 4096, 8192)
 ITERS = 1024  # loads per thread in the bank kernel
@@ -90,24 +117,18 @@ def parse_ncu_csv(text: str) -> list[dict[str, float | str]]:
     return rows
 
 
-def _ncu(target: list[str], metrics: tuple[str, ...]) -> list[dict[str, float | str]]:
-    cmd = [
-        "ncu",
-        "--profile-from-start",
-        "off",
-        "--clock-control",
-        "none",
-        "--csv",
-        "--page",
-        "raw",
-        "--metrics",
-        ",".join(metrics),
-        sys.executable,
-        "-m",
-        "mlinfra_lab.attention.counters",
-        *target,
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+def _ncu(
+    target: list[str],
+    metrics: tuple[str, ...],
+    sections: tuple[str, ...] = (),
+    timeout: float = 600,
+) -> list[dict[str, float | str]]:
+    cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none"]
+    cmd += ["--csv", "--page", "raw", "--metrics", ",".join(metrics)]
+    for section in sections:
+        cmd += ["--section", section]
+    cmd += [sys.executable, "-m", "mlinfra_lab.attention.counters", *target]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if done.returncode:
         raise RuntimeError(f"ncu failed ({done.returncode}): {done.stderr[-2000:]}")
     return parse_ncu_csv(done.stdout)
@@ -133,6 +154,142 @@ def _dram_target(provider: str, seq: int) -> None:
         fn(q, k, v)
         torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStop()
+
+
+MARKER_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel: between the forward and backward
+
+
+def _profile_target(provider: str, causal: bool) -> None:
+    """ncu's target: one forward and one backward of `provider` at `PROFILE_SHAPE`, after
+    two untimed rounds (compiles, autotuning); a `MARKER_KERNEL` launch separates them."""
+    import torch
+
+    from mlinfra_lab.attention.providers import _provider_fn
+
+    b, h, n, d = (PROFILE_SHAPE[k] for k in ("batch", "heads", "seq", "head_dim"))
+    g = torch.Generator(device="cuda").manual_seed(n + d)
+    q, k, v = (
+        torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+        for _ in range(3)
+    )
+    do = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    fn = _provider_fn(provider, n, causal, "cuda")
+    for _ in range(2):
+        fn(q, k, v, causal).backward(do)
+        q.grad = k.grad = v.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    out = fn(q, k, v, causal)
+    torch.cuda._sleep(1000)
+    out.backward(do)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+_STALL = re.compile(r"^smsp__average_warps?_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+_SUMMARY = {
+    "time_us": ("gpu__time_duration.sum", 1e-3),
+    "dram_read_bytes": ("dram__bytes_read.sum", 1),
+    "dram_write_bytes": ("dram__bytes_write.sum", 1),
+    "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", 1),
+    "memory_throughput_pct": (
+        "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+        1,
+    ),
+    "dram_throughput_pct": ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", 1),
+    "issue_active_pct": ("sm__inst_issued.avg.pct_of_peak_sustained_active", 1),
+    "achieved_occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active", 1),
+    "registers_per_thread": ("launch__registers_per_thread", 1),
+    "block_size": ("launch__block_size", 1),
+    "grid_size": ("launch__grid_size", 1),
+    "warps_per_scheduler": ("smsp__warps_active.avg.per_cycle_active", 1),
+    "eligible_warps_per_scheduler": ("smsp__warps_eligible.avg.per_cycle_active", 1),
+    "issued_per_scheduler_cycle": ("smsp__issue_active.avg.per_cycle_active", 1),
+}
+
+
+def kernel_summary(row: dict[str, float | str]) -> dict[str, Any]:
+    """One profiled kernel's raw metrics condensed: time, DRAM bytes, throughputs, the
+    tensor pipes' utilisation (every ``*pipe_tensor*`` metric reported as a percentage of
+    peak), occupancy, registers, and the stall reasons (cycles a warp waits per issued
+    instruction, by reason, largest first). Metrics the profile lacks are left out."""
+    out: dict[str, Any] = {"kernel": row.get("kernel", "")}
+    for key, (metric, factor) in _SUMMARY.items():
+        value = row.get(metric)
+        if isinstance(value, float):
+            out[key] = value * factor
+    out["tensor_pipes_pct"] = {
+        name: value
+        for name, value in row.items()
+        if "pipe_tensor" in name
+        and name.endswith("pct_of_peak_sustained_active")
+        and isinstance(value, float)
+    }
+    stalls = {}
+    for name, value in row.items():
+        match = _STALL.match(name)
+        if match and isinstance(value, float) and value > 0:
+            stalls[match.group(1)] = value
+    out["stalls_per_issue"] = dict(sorted(stalls.items(), key=lambda kv: -kv[1]))
+    return out
+
+
+def profile_kernels(causal: tuple[bool, ...] = (False, True)) -> dict[str, Any]:
+    """Nsight Compute profiles of our default kernel's and cuDNN's forward and backward at
+    `PROFILE_SHAPE` (see the module doc): per kernel its mode (``fwd``/``bwd``), summary
+    (`kernel_summary`) and every raw metric, per (provider, causal) the kernels' total time
+    and DRAM bytes per mode. Needs a GPU and ``ncu`` on the PATH."""
+    from mlinfra_lab import runtime
+
+    if shutil.which("ncu") is None:
+        raise RuntimeError(
+            "ncu (Nsight Compute) is not on the PATH; it ships with the CUDA toolkit"
+        )
+    runs = []
+    for c in causal:
+        for provider in PROFILE_PROVIDERS:
+            entry: dict[str, Any] = {"provider": provider, "causal": c, **PROFILE_SHAPE}
+            try:
+                rows = _ncu(
+                    ["_profile", provider, str(int(c))], PROFILE_METRICS, PROFILE_SECTIONS, 300
+                )
+            except (RuntimeError, ValueError, subprocess.TimeoutExpired) as err:
+                entry["error"] = str(err)[-2000:]
+                runs.append(entry)
+                continue
+            mode, kernels = "fwd", []
+            for row in rows:
+                if MARKER_KERNEL in str(row.get("kernel", "")):
+                    mode = "bwd"
+                    continue
+                numeric = {k: v for k, v in row.items() if isinstance(v, float)}
+                kernels.append({"mode": mode, **kernel_summary(row), "metrics": numeric})
+            entry["kernels"] = kernels
+            entry["totals"] = {
+                m: {
+                    "time_us": sum(k.get("time_us", 0.0) for k in kernels if k["mode"] == m),
+                    "dram_bytes": sum(
+                        k.get("dram_read_bytes", 0.0) + k.get("dram_write_bytes", 0.0)
+                        for k in kernels
+                        if k["mode"] == m
+                    ),
+                    "kernels": sum(1 for k in kernels if k["mode"] == m),
+                }
+                for m in ("fwd", "bwd")
+            }
+            runs.append(entry)
+            print(json.dumps({k: entry[k] for k in ("provider", "causal", "totals")}), flush=True)
+    info = runtime.describe().as_dict()
+    version = subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout
+    info["ncu"] = version.strip().splitlines()[-1] if version.strip() else None
+    return {
+        "benchmark": "attention-kernel-counters",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": info,
+        "dtype": "bfloat16",
+        "sections": list(PROFILE_SECTIONS),
+        "runs": runs,
+    }
 
 
 _BANK_SRC = r"""
@@ -315,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["_banks"]:
         _banks_target()
         return 0
+    if argv[:1] == ["_profile"]:
+        _profile_target(argv[1], bool(int(argv[2])))
+        return 0
     p = argparse.ArgumentParser(
         prog="python -m mlinfra_lab.attention.counters", description=__doc__.split("\n\n")[1]
     )
@@ -325,7 +485,26 @@ def main(argv: list[str] | None = None) -> int:
         "benchmarks/results/h200-counters-YYYY-MM-DD.json (not h200-attention-*: "
         "that pattern is the benchmark's)",
     )
+    p.add_argument(
+        "--kernels",
+        action="store_true",
+        help="profile our default kernel's and cuDNN's forward and backward kernels at D=128, "
+        "N=8k instead (time, DRAM bytes, tensor-pipe use, occupancy, stall reasons); write "
+        "benchmarks/results/DEVICE-ncu-kernels-DATE.json",
+    )
+    p.add_argument(
+        "--causal",
+        choices=("yes", "no", "both"),
+        default="both",
+        help="with --kernels: causal, non-causal or both (default: both)",
+    )
     args = p.parse_args(argv)
+    if args.kernels:
+        which = {"yes": (True,), "no": (False,), "both": (False, True)}[args.causal]
+        result = profile_kernels(which)
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+        return 0
     result = run()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -41,7 +41,7 @@ from mlinfra_lab.attention.flash import KERNEL_VERSIONS
 from mlinfra_lab.errors import MlinfraError
 
 # the Triton kernels, whose tiles this module times; version 5 (Gluon) has its own
-# configurations (`_gluon_fwd.GluonConfig`, timed by benchmarks/scripts/gluon_fwd_experiment.py)
+# configurations (`_gluon_fwd.GluonConfig`, timed by benchmarks/experiments/gluon_fwd_experiment.py)
 TILED_VERSIONS = tuple(v for v in KERNEL_VERSIONS if v != 5)
 
 __all__ = [

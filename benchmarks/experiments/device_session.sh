@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The device calls of issue 32 (2026-12-05), one command each, as they ran:
+#   bash benchmarks/experiments/device_session.sh experiments   # call 1
+#   bash benchmarks/experiments/device_session.sh sweep         # call 2
+#   bash benchmarks/experiments/device_session.sh notebooks     # call 3
+# Every step runs under its own `timeout`, so one hang costs that step, not the call; every
+# script rewrites its JSON after each row, so a step cut off keeps what it finished. Results go
+# to $OUT (the device tool's folder; ./device-out elsewhere), at most 8 files.
+set -u
+OUT=${OUT:-device-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/../.."
+
+step() {  # step SECONDS NAME COMMAND...: run under a time limit, say how it ended
+    local limit=$1 name=$2
+    shift 2
+    echo "== $(date -u +%T) start $name (limit ${limit}s)"
+    local t0=$SECONDS
+    timeout -k 10 "$limit" "$@"
+    local rc=$?
+    echo "== $(date -u +%T) end $name rc=$rc after $((SECONDS - t0))s"
+    echo "$name rc=$rc seconds=$((SECONDS - t0))" >>"$OUT/steps.txt"
+}
+
+machine() {
+    {
+        date -u
+        nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+            --format=csv
+        python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)"
+        command -v ncu && ncu --version | tail -1
+    } >>"$OUT/steps.txt" 2>&1
+}
+
+case "${1:-}" in
+experiments)
+    machine
+    X=benchmarks/experiments
+    step 170 fwd-r3 python3 $X/gluon_fwd_experiment.py --jobs 12 --out "$OUT/fwd-r3.json"
+    step 170 bwd python3 $X/gluon_bwd_experiment.py --jobs 4 --out "$OUT/bwd.json"
+    step 90 ws python3 $X/gluon_ws_experiment.py --jobs 6 --out "$OUT/ws.json"
+    step 40 host python3 $X/host_overhead.py --breakdown --out "$OUT/host-breakdown.json"
+    MLINFRA_ATTENTION_AUTOTUNE=0 step 110 kernel-tests python3 -m pytest -q -n 8 \
+        -m "gpu or attention" tests/test_attention_kernel.py --junitxml="$OUT/kernel-tests.xml"
+    ;;
+sweep)
+    machine
+    shift
+    step "${SWEEP_LIMIT:-400}" sweep python3 -m mlinfra_lab.cli bench attention --quiet \
+        --providers "${PROVIDERS:-ours,sdpa_flash,sdpa_cudnn,flex,sdpa_efficient,eager}" \
+        --repeats 3 --check-baseline benchmarks/baselines/h200-attention.json \
+        --out "$OUT/attention.json" "$@"
+    step "${NCU_LIMIT:-150}" ncu python3 -m mlinfra_lab.attention.counters --kernels \
+        --causal "${NCU_CAUSAL:-both}" --out "$OUT/ncu-kernels.json"
+    ;;
+notebooks)
+    machine
+    # the notebooks' kernels start in book/ and labs/: the package must import from the root
+    export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$(pwd)"
+    set -o pipefail
+    make test-gpu GPU_PY=python3 GPU_SETUP= GPU_JOBS="${GPU_JOBS:-4}" \
+        GPU_RECORD="$OUT/notebooks.json" 2>&1 | tee "$OUT/test-gpu.log"
+    echo "test-gpu rc=$?" >>"$OUT/steps.txt"
+    ;;
+*)
+    echo "usage: $0 experiments|sweep|notebooks" >&2
+    exit 2
+    ;;
+esac
