@@ -4,7 +4,9 @@ Contract: `run_notebooks(paths, config)` runs every notebook of `paths` (a fresh
 each, in a fresh sandbox: see `sandbox` and `kernel_runner`) and returns, per notebook, a
 dict ``cell_id -> CellOutcome`` (plus ``"note:<cell_id>"`` entries, outcome ``"note"``, for
 a budget remark such as a cut output); a cell that raised, timed out or never ran is
-reported, never raised, so one bad notebook cannot stop a batch.
+reported, never raised, so one bad notebook cannot stop a batch. A notebook whose run
+raised in this process (a bug a hostile file found) gets only the entry `CRASHED`, and the
+others run on; only `ExecutionError` (no kernel can start here) stops the batch.
 
 Design decisions:
 - The grading process drives each kernel itself and judges each cell by the kernel's
@@ -39,12 +41,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .budgets import DEFAULT_MAX_BYTES, DEFAULT_MAX_CELLS, DEFAULT_OUTPUT_CAP
+from .errors import ExecutionError
 from .kernel_runner import run_notebook
 from .outcome import CellOutcome
 from .sandbox import Sandbox, make_sandbox
 from .secret import DEFAULT_SECRET, SECRET_ENV
 
-__all__ = ["CellOutcome", "ExecutionConfig", "run_notebooks"]
+__all__ = ["CRASHED", "CellOutcome", "ExecutionConfig", "run_notebooks"]
+
+CRASHED = "error:notebook"  # the outcome key of a notebook whose run raised (see run_notebooks)
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,15 @@ def run_notebooks(
                     on_cell=lambda outcome, path=path: cell_done(path, outcome),
                     judge_texts=judges.get(path) if config.judge else None,
                 )
+            except ExecutionError as err:  # this machine cannot run kernels: stop the batch
+                failures.append(err)
+            # anything else this notebook made go wrong is this notebook's loss alone
+            except Exception as err:  # noqa: BLE001
+                results[path] = {
+                    CRASHED: CellOutcome(
+                        None, -1, "failed", f"grading this notebook failed ({type(err).__name__})"
+                    )
+                }
             except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
                 failures.append(err)
 

@@ -27,7 +27,10 @@ Design decisions:
   the limit and its flag; remarks about a whole submission (its output was cut, it was
   upgraded from nbformat 3, another file claimed the same student) are its ``notes``,
   printed as warnings and shown in the gradebook.
-- Messages about a submission never quote its contents (see `submissions`).
+- Messages about a submission never quote its contents (see `submissions`); its path,
+  notes and student name pass `hygiene` first (issue 30: no terminal escape reaches the
+  console or the gradebook). A notebook whose run raised in the grading process is listed
+  as not graded, with the reason, and the others are graded (`execute.CRASHED`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .budgets import memory_message
-from .execute import CellOutcome, ExecutionConfig, run_notebooks
+from .execute import CRASHED, CellOutcome, ExecutionConfig, run_notebooks
+from .hygiene import printable
 from .manual import PENDING, ManualCell, answer_of
 from .restore import RestoreNote, restore_graders
 from .sandbox import Sandbox, make_sandbox
@@ -190,11 +194,11 @@ def grade_submissions(
     found, problems = find_submissions(submissions, labs, config.max_bytes, config.max_cells)
     warnings = sandbox_warnings(sandbox)
     warnings += [
-        f"{s.path}: lab '{s.lab}' has no grader cells; scored 0 of 0"
+        f"{printable(s.path)}: lab '{s.lab}' has no grader cells; scored 0 of 0"
         for s in found
         if not labs[s.lab].graders
     ]
-    warnings += [f"{s.path}: {note}" for s in found for note in s.notes]
+    warnings += [f"{printable(s.path)}: {printable(note)}" for s in found for note in s.notes]
     with tempfile.TemporaryDirectory(prefix="mlinfra-grade-") as tmp:
         prepared, notes, graded = [], [], []
         for k, sub in enumerate(found):
@@ -233,6 +237,17 @@ def grade_submissions(
     results = []
     for sub, path, note in zip(graded, prepared, notes, strict=True):
         ran = outcomes.get(path, {})
+        if CRASHED in ran:  # not graded, with the reason; the rest of the batch is
+            problems.append(
+                SubmissionProblem(
+                    str(sub.path),
+                    f"{ran[CRASHED].message}; not graded, the other submissions were",
+                    sub.student,
+                    sub.lab,
+                    sub.sha256,
+                )
+            )
+            continue
         cells = []
         messages = _notes_per_grader(labs[sub.lab], note)
         for g in labs[sub.lab].graders:
@@ -242,15 +257,15 @@ def grade_submissions(
             cells.append(CellResult(g.cell_id, g.exercise, points, g.points, passed, message))
         cells += [pending_result(m, answer_of(sub.notebook, m)) for m in labs[sub.lab].manual]
         budget_notes = [o.message for o in ran.values() if o.outcome == "note"]
-        warnings += [f"{sub.path}: {note}" for note in budget_notes]
+        warnings += [f"{printable(sub.path)}: {note}" for note in budget_notes]
         results.append(
             GradeResult(
                 sub.student,
                 sub.lab,
-                str(sub.path),
+                printable(sub.path),
                 tuple(cells),
                 sub.sha256,
-                (*sub.notes, *budget_notes),
+                tuple(printable(n) for n in (*sub.notes, *budget_notes)),
             )
         )
     sources = tuple((lab.name, str(lab.path), lab.sha256) for lab in labs.values())

@@ -29,6 +29,13 @@ Input hygiene (issue 14):
   source labs (same file, or the same bytes) is refused.
 - Messages never quote a file's contents: a file that is not a notebook is described by
   the kind of error (JSON's own position message), never by its text.
+- Every field of a parsed notebook that grading reads is type-checked first (`wellformed`):
+  a malformed one (a code cell whose ``source`` is a number) is reported as not graded, with
+  the student and lab its file name gives, and the rest of the batch goes on (issue 30).
+  Any other failure while identifying a file is that file's problem, never the batch's.
+- Student identifiers are made from file and folder names by `hygiene.safe_student`, and
+  every `SubmissionProblem` field passes `hygiene.printable`: a terminal escape in a file
+  name reaches neither the console nor the gradebook.
 - Budgets (see `budgets`): a file over ``max_bytes`` is refused before it is read, a
   notebook over ``max_cells`` cells after it is parsed.
 - A notebook older than nbformat 4 is upgraded (nbformat's own converter); the upgrade
@@ -64,10 +71,12 @@ from typing import Any
 from .budgets import DEFAULT_MAX_BYTES, DEFAULT_MAX_CELLS, file_too_large, too_many_cells
 from .errors import MarkerError, SourceLabError, SubmissionError
 from .forbid import forbidden_codes
+from .hygiene import printable, safe_student
 from .manual import ManualCell, manual_cells
 from .markers import GraderCell, ReadonlyCell, grader_cells, readonly_cells
 from .release import LAB_METADATA_KEY, lab_notebooks, read_notebook
 from .variants import WrongAnswer, wrong_answers
+from .wellformed import malformed
 
 __all__ = [
     "SourceLab",
@@ -124,6 +133,10 @@ class SubmissionProblem:
     student: str = ""
     lab: str = ""
     sha256: str = ""
+
+    def __post_init__(self) -> None:  # every field may come from a file name (`hygiene`)
+        for name in ("path", "message", "student", "lab"):
+            object.__setattr__(self, name, printable(getattr(self, name)))
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
@@ -369,17 +382,18 @@ def _lab_from_name(path: Path, labs: dict[str, SourceLab]) -> str | None:
 
 def _student(found: _Found, lab: str) -> tuple[str, str | None]:
     """(the student, or None) and, in the folder layout, why the file name disagrees."""
-    named = found.path.stem.replace(lab, "").strip(_SEPARATORS)
-    if found.folder is None:
-        return named or found.home, None
-    if named and named.casefold() != found.folder.casefold():
-        return found.folder, (
+    named = safe_student(found.path.stem.replace(lab, "").strip(_SEPARATORS))
+    folder = safe_student(found.folder) if found.folder is not None else None
+    if folder is None:
+        return named or safe_student(found.home), None
+    if named and named.casefold() != folder.casefold():
+        return folder, (
             f"the file name says student '{named}' but it is in the collection folder of "
-            f"'{found.folder}' (the student in a folder layout); not graded until the two "
+            f"'{folder}' (the student in a folder layout); not graded until the two "
             "agree: rename or move the file, or grade the folder that holds one sub-folder "
             "per student"
         )
-    return found.folder, None
+    return folder, None
 
 
 def _recover_ids(nb: Any, lab: SourceLab, version: int) -> str:
@@ -451,6 +465,14 @@ def _identify(
         ), inode
     try:
         nb, version = _parse(data)
+        problem = malformed(nb)
+        if problem is not None:
+            raise SubmissionError(f"a malformed notebook, not graded ({problem})")
+    except SubmissionError as err:  # whose and which lab from the file name: its metadata is bad
+        lab = _lab_from_name(path, labs)
+        student = _student(found, lab)[0] if lab else ""
+        return SubmissionProblem(where, str(err), student, lab or "", digest), inode
+    try:
         lab = lab_of(nb, path, labs)
     except SubmissionError as err:
         return SubmissionProblem(where, str(err), sha256=digest), inode
@@ -486,7 +508,16 @@ def find_submissions(
         if os.path.abspath(found.path) in named:
             continue  # the same path named twice: graded once
         named.add(os.path.abspath(found.path))
-        item, inode = _identify(found, labs, max_bytes, max_cells, sources)
+        try:
+            item, inode = _identify(found, labs, max_bytes, max_cells, sources)
+        # the net under the checks above: whatever a file does, it is this file's problem
+        except Exception as err:  # noqa: BLE001
+            item, inode = (
+                SubmissionProblem(
+                    str(found.path), f"cannot be read as a submission ({type(err).__name__})"
+                ),
+                None,
+            )
         if inode is not None and inode in read:  # another path to the same file
             first = items[read[inode]]
             items.append(
