@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from mlinfra_lab.errors import CommandError
 
+from .cli_book import BOOK_EPILOG, add_book_flags
 from .sandbox import SANDBOX_KINDS
 
 if TYPE_CHECKING:
@@ -103,16 +104,20 @@ Budgets (each overrun is a message in the gradebook; the batch goes on):
 At scale: split the submissions into chunks, grade each chunk as its own job (one
 machine: --jobs N; a cluster: one batch-scheduler job per chunk, same --source and
 secret), then 'grade --merge CHUNK_DIR... --out GRADEBOOK_DIR' verifies every chunk
-and writes one gradebook with a fresh manifest.
+and stores them in one gradebook with a fresh manifest (into an existing gradebook: the
+chunks' students are replaced, everyone else and every manual entry is kept).
 
 Written answers (markdown cells tagged 'manual' in the source labs) are not run: grading
-lists each in GRADEBOOK_DIR/manual.csv with the student's text and an empty points column.
-Fill in the points, then 'grade --manual manual.csv --out GRADEBOOK_DIR' merges them
-(verified first; empty points stay pending, so you can merge more than once).
+lists each in GRADEBOOK_DIR/manual.csv with the student's text and empty points and
+comment columns. Fill them in, then 'grade --manual manual.csv --out GRADEBOOK_DIR' merges
+them (verified first; empty points stay pending, so you can merge more than once; a row
+naming an auto-graded cell_id may carry a comment, never points).
 
-Output: GRADEBOOK_DIR/gradebook.csv (student, lab, exercise, points, max, message; text
-that a spreadsheet would run as a formula starts with '), gradebook.json (plus per-cell
-detail) and manifest.json (SHA-256 of both, of every submission as graded and of the
+Output: GRADEBOOK_DIR/gradebook.csv (student, lab, exercise, points, max, message,
+comment; text that a spreadsheet would run as a formula starts with '), gradebook.json
+(plus per-cell detail and who graded or entered what, when), gradebook.sqlite (the
+record the others are views of) and manifest.json (SHA-256 of them, of every submission
+as graded and of the
 source labs, sealed with an HMAC keyed by the grading secret; with the public default
 secret it is only checksummed). Each file is replaced atomically. 'grade --verify
 GRADEBOOK_DIR' (with the same secret) checks them: exit 1 naming any edited file, 0 when
@@ -215,9 +220,8 @@ def _verify(args: argparse.Namespace, secret: str) -> int:
 
 
 def _merge(args: argparse.Namespace, secret: str) -> int:
+    from .cli_book import merge_run
     from .errors import GradingError
-    from .gradebook import write_gradebook
-    from .merge import merge_gradebooks
 
     if not args.out or args.submissions or args.source:
         raise CommandError(
@@ -225,22 +229,14 @@ def _merge(args: argparse.Namespace, secret: str) -> int:
             "GRADEBOOK_DIR only (no submissions, no --source)"
         )
     try:
-        report = merge_gradebooks(args.merge, secret)
+        return merge_run(args, secret)
     except GradingError as err:
         raise CommandError(str(err)) from err
-    csv_path, _ = write_gradebook(report, args.out, secret)
-    print(
-        f"merged {len(args.merge)} gradebooks: {len(report.results)} graded submissions, "
-        f"{len(report.problems)} not graded -> {csv_path}"
-    )
-    return 0 if report.ok else 1
 
 
 def _manual(args: argparse.Namespace, secret: str) -> int:
+    from .cli_book import manual_run
     from .errors import GradingError
-    from .gradebook import write_gradebook
-    from .manual import PENDING
-    from .manual_scores import merge_manual_scores
 
     if not args.out or args.submissions or args.source or args.merge:
         raise CommandError(
@@ -248,26 +244,18 @@ def _manual(args: argparse.Namespace, secret: str) -> int:
             "GRADEBOOK_DIR only (no submissions, no --source, no --merge)"
         )
     try:
-        report, merged = merge_manual_scores(args.out, args.manual, secret)
+        return manual_run(args, secret)
     except GradingError as err:
         raise CommandError(str(err)) from err
-    csv_path, _ = write_gradebook(report, args.out, secret)
-    pending = sum(
-        c.manual and c.message.startswith(PENDING) for r in report.results for c in r.cells
-    )
-    print(
-        f"merged {merged} hand-graded answers from {args.manual}; {pending} still pending "
-        f"-> {csv_path}"
-    )
-    return 0
 
 
 def _grade(args: argparse.Namespace) -> int:
     import os
+    from pathlib import Path
 
-    from .grade import grade_submissions
-    from .gradebook import write_gradebook
+    from .cli_book import grade_run, views_run, wants_views
     from .manifest import MANIFEST_NAME
+    from .manual import PENDING
     from .secret import DEFAULT_SECRET, SECRET_ENV
 
     if args.verify is not None:
@@ -278,16 +266,24 @@ def _grade(args: argparse.Namespace) -> int:
         return _manual(args, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
     if args.merge:
         return _merge(args, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
+    if args.out and not args.submissions and not args.source and wants_views(args):
+        return views_run(args, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
     if not args.submissions or not args.source or not args.out:
         raise CommandError(
             "grade needs SUBMISSION..., --source LABS and --out GRADEBOOK_DIR "
-            "(or --verify GRADEBOOK_DIR)"
+            "(or --verify GRADEBOOK_DIR, or --out GRADEBOOK_DIR with --feedback, "
+            "--export, --summary or --due)"
         )
+    if args.student and args.force:
+        raise CommandError("--student regrades those students, --force everyone: give one")
     config = _budgets(args, _execution_config(args, os.environ.get(SECRET_ENV) or DEFAULT_SECRET))
-    report = grade_submissions(args.submissions, args.source, config, progress=True)
-    csv_path, json_path = write_gradebook(report, args.out)
+    report = grade_run(args, config, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
+    csv_path = Path(args.out) / "gradebook.csv"
+    json_path = Path(args.out) / "gradebook.json"
     for result in report.results:
-        by_hand = sum(c.max_points for c in result.cells if c.manual)
+        by_hand = sum(
+            c.max_points for c in result.cells if c.manual and c.message.startswith(PENDING)
+        )
         print(
             f"{result.student:20s} {result.lab:24s} {result.points:g} / {result.max_points:g}"
             + (
@@ -358,7 +354,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "grade",
         help="grade submitted lab notebooks, each in a sandbox; write a gradebook",
         description="Grade student notebooks against the instructor source labs.",
-        epilog=GRADE_EPILOG,
+        epilog=GRADE_EPILOG + "\n" + BOOK_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     grade.add_argument(
@@ -466,6 +462,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         metavar="N",
         help=f"most cells in a graded notebook (default: {DEFAULT_MAX_CELLS}; 0: no limit)",
     )
+    add_book_flags(grade)
     grade.set_defaults(func=_grade)
 
     validate = commands.add_parser(

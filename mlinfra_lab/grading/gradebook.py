@@ -2,7 +2,7 @@
 a sealed manifest.
 
 Contract: `write_gradebook(report, out_dir, secret)` writes ``gradebook.csv`` (one row per
-student, lab and exercise: student, lab, exercise, points, max, message),
+student, lab and exercise: student, lab, exercise, points, max, message, comment),
 ``gradebook.json`` (the same rows, the per-cell results, the problems, the warnings, the
 source labs and the grading config) and ``manifest.json`` (see `manifest`) into `out_dir`,
 each atomically, and returns the paths of the CSV and the JSON.
@@ -23,6 +23,10 @@ Design decisions:
   so a student folder named ``=1+1`` stays text in a spreadsheet. The JSON keeps the
   values as they are.
 - The JSON records the config and the date, so a grade can be traced to how it was made.
+- These files are views: since issue 30 the record is ``gradebook.sqlite`` (see
+  `gradebook_db`), sealed in the same manifest, and `views` rewrites every file from it
+  after each change. The ``comment`` column holds the instructor's comments (``grade
+  --manual`` with a comment column), joined per exercise.
 - Written answers (see `manual`) also go to ``manual.csv``, one row per answer with its
   text and an empty points column: the sheet the instructor fills in and merges back with
   ``grade --manual``. It is sealed in the manifest like the other two files.
@@ -41,9 +45,11 @@ from .manifest import write_files
 from .manual_scores import SHEET_COLUMNS, manual_sheet_rows
 from .secret import SECRET_ENV, current_secret
 
-__all__ = ["COLUMNS", "csv_safe", "gradebook_rows", "write_gradebook"]
+__all__ = ["COLUMNS", "Comments", "csv_safe", "gradebook_rows", "write_gradebook"]
 
-COLUMNS = ("student", "lab", "exercise", "points", "max", "message")
+Comments = dict[tuple[str, str, str], str]  # (student, lab, cell id) -> instructor's comment
+
+COLUMNS = ("student", "lab", "exercise", "points", "max", "message", "comment")
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -58,11 +64,18 @@ def csv_safe(value: object) -> object:
     return value
 
 
-def gradebook_rows(report: GradeReport) -> list[dict]:
+def gradebook_rows(report: GradeReport, comments: Comments | None = None) -> list[dict]:
     """One dict per (student, lab, exercise), keys `COLUMNS`, in grading order, then one
-    per identified student and lab that was not graded (empty points)."""
+    per identified student and lab that was not graded (empty points). `comments`: the
+    instructor's, per (student, lab, cell id) (see `gradebook_db`), joined per exercise."""
+    comments = comments or {}
     rows = []
     for result in report.results:
+        said: dict[str, list[str]] = {}
+        for c in result.cells:
+            text = comments.get((result.student, result.lab, c.cell_id), "")
+            if text:
+                said.setdefault(c.exercise, []).append(text)
         for k, (exercise, (points, max_points, message)) in enumerate(result.exercises().items()):
             if k == 0 and result.notes:
                 message = " | ".join(filter(None, (message, *result.notes)))
@@ -74,6 +87,7 @@ def gradebook_rows(report: GradeReport) -> list[dict]:
                     "points": _number(points),
                     "max": _number(max_points),
                     "message": message,
+                    "comment": " | ".join(said.get(exercise, ())),
                 }
             )
     graded = {(r.student, r.lab) for r in report.results}
@@ -91,6 +105,7 @@ def gradebook_rows(report: GradeReport) -> list[dict]:
                 "points": "",
                 "max": "",
                 "message": " | ".join(messages),
+                "comment": "",
             }
         )
     return rows
@@ -105,19 +120,27 @@ def _csv(columns: tuple[str, ...], rows: list[dict]) -> bytes:
 
 
 def write_gradebook(
-    report: GradeReport, out_dir: Path | str, secret: str | None = None
+    report: GradeReport,
+    out_dir: Path | str,
+    secret: str | None = None,
+    *,
+    comments: Comments | None = None,
+    extra_files: dict[str, bytes] | None = None,
+    extra_json: dict | None = None,
 ) -> tuple[Path, Path]:
     """Write ``gradebook.csv``, ``gradebook.json`` and ``manifest.json`` into `out_dir`,
     each atomically, the manifest sealed with `secret` (default: the secret the report was
-    graded with); return the paths of the CSV and the JSON."""
+    graded with); return the paths of the CSV and the JSON. `extra_files` (name -> bytes,
+    the database) are written and sealed with them; `extra_json` is added to the JSON."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = gradebook_rows(report)
+    rows = gradebook_rows(report, comments)
     payload = {
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "columns": list(COLUMNS),
         "rows": rows,
         **report.as_dict(),
+        **(extra_json or {}),
     }
     if secret is None:
         secret = dict(report.config.env).get(SECRET_ENV) or current_secret()
@@ -125,8 +148,8 @@ def write_gradebook(
         "gradebook.csv": _csv(COLUMNS, rows),
         "gradebook.json": (json.dumps(payload, indent=2) + "\n").encode("utf-8"),
     }
-    sheet = manual_sheet_rows(report)
+    sheet = manual_sheet_rows(report, comments)
     if sheet:  # the written answers, for the instructor to score (``grade --manual``)
         files["manual.csv"] = _csv(SHEET_COLUMNS, sheet)
-    write_files(out, files, report, secret)
+    write_files(out, {**files, **(extra_files or {})}, report, secret)
     return out / "gradebook.csv", out / "gradebook.json"

@@ -1,11 +1,13 @@
-"""Merge the instructor's points for written answers into a gradebook.
+"""Merge the instructor's points and comments into a gradebook.
 
 Contract: grading writes ``manual.csv`` beside the gradebook (`manual_sheet_rows`: student,
-lab, exercise, cell_id, max, points, answer; points empty while pending). The instructor
-fills in points; `merge_manual_scores(gradebook_dir, scores_csv, secret)` verifies the
-gradebook against its manifest, reads the sheet and returns the report with those points
-(and how many it merged); ``grade --manual SCORES.csv --out GRADEBOOK_DIR`` then rewrites the
-gradebook with a fresh manifest. `ManualScoreError` names the sheet's line and what to fix.
+lab, exercise, cell_id, max, points, comment, answer; points empty while pending). The
+instructor fills in points (and comments); `sheet_entries(report, sheet)` checks every row
+against the gradebook and returns the entries to store; `merge_manual_scores(gradebook_dir,
+scores_csv, secret)` verifies the gradebook against its manifest, appends those entries to
+its database (who, when, which sheet) and rewrites every view with a fresh manifest,
+returning the report and how many entries it stored (``grade --manual SCORES.csv --out
+GRADEBOOK_DIR``). `ManualScoreError` names the sheet's line and what to fix.
 
 Design decisions:
 - Verify first, as `merge` does: an edited gradebook must not come out with a valid seal.
@@ -15,6 +17,10 @@ Design decisions:
   cell_id is left out; a row for a cell that is not a written answer in this gradebook is
   an error, not ignored: a typo must not silently drop a student's points. An empty points
   cell leaves the answer pending, so the sheet can be merged more than once.
+- Points are for written answers only; a comment may be left on any graded cell of the
+  student's lab (a row naming an auto-graded cell_id with a comment and no points). Both
+  are entries in the database, apart from the machine's scores: a regrade never loses one.
+  A comment cell left empty keeps the previous comment.
 - Text that a spreadsheet would run as a formula was written with a leading ``'``; the
   sheet is read back with or without it (spreadsheets drop it when they save).
 """
@@ -22,29 +28,38 @@ Design decisions:
 from __future__ import annotations
 
 import csv
-import json
+import getpass
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .errors import GradingError
 from .grade import GradeReport
-from .manifest import verify_gradebook
 from .manual import PENDING
-from .merge import report_from_json
 
-__all__ = ["SHEET_COLUMNS", "ManualScoreError", "manual_sheet_rows", "merge_manual_scores"]
+__all__ = [
+    "SHEET_COLUMNS",
+    "ManualScoreError",
+    "manual_sheet_rows",
+    "merge_manual_scores",
+    "sheet_entries",
+]
 
-SHEET_COLUMNS = ("student", "lab", "exercise", "cell_id", "max", "points", "answer")
+SHEET_COLUMNS = ("student", "lab", "exercise", "cell_id", "max", "points", "comment", "answer")
+
+Entry = tuple[str, str, str, float | None, str | None]  # student, lab, cell id, points, comment
 
 
 class ManualScoreError(GradingError):
     """A scores sheet that cannot be merged (the message names the line and the fix)."""
 
 
-def manual_sheet_rows(report: GradeReport) -> list[dict[str, Any]]:
-    """One row per written answer in `report` (`SHEET_COLUMNS`); points empty while pending."""
+def manual_sheet_rows(
+    report: GradeReport, comments: dict[tuple[str, str, str], str] | None = None
+) -> list[dict[str, Any]]:
+    """One row per written answer in `report` (`SHEET_COLUMNS`); points empty while pending,
+    the comment the instructor's latest (`comments`, by student, lab and cell id)."""
+    comments = comments or {}
     rows = []
     for result in report.results:
         for c in result.cells:
@@ -57,6 +72,7 @@ def manual_sheet_rows(report: GradeReport) -> list[dict[str, Any]]:
                         "cell_id": c.cell_id,
                         "max": _number(c.max_points),
                         "points": "" if c.message.startswith(PENDING) else _number(c.points),
+                        "comment": comments.get((result.student, result.lab, c.cell_id), ""),
                         "answer": c.answer,
                     }
                 )
@@ -91,29 +107,21 @@ def _read_sheet(path: Path) -> list[tuple[int, dict[str, str]]]:
         ) from None
 
 
-def merge_manual_scores(
-    gradebook_dir: Path | str, scores_csv: Path | str, secret: str
-) -> tuple[GradeReport, int]:
-    """The verified gradebook in `gradebook_dir` with the points of `scores_csv` merged in,
-    and how many answers were scored (see the module docstring)."""
-    folder, sheet = Path(gradebook_dir), Path(scores_csv)
-    in_place = sheet.resolve() == (folder / "manual.csv").resolve()  # filled in where it lay
-    check = verify_gradebook(folder, secret, frozenset({"manual.csv"}) if in_place else frozenset())
-    if not check.ok:
-        raise ManualScoreError(
-            f"{folder}: not merged, it fails verification: " + "; ".join(check.problems)
-        )
-    report = report_from_json(json.loads((folder / "gradebook.json").read_text("utf-8")))
+def sheet_entries(report: GradeReport, sheet: Path) -> list[Entry]:
+    """The entries of the filled-in `sheet` for the gradebook `report` (see the module
+    docstring); `ManualScoreError` names the first row that matches nothing or gives
+    points out of range."""
     index: dict[tuple[str, str, str], tuple[int, int]] = {}
     for r, result in enumerate(report.results):
         for c, cell in enumerate(result.cells):
+            index[(result.student, result.lab, cell.cell_id)] = (r, c)
             if cell.manual:
-                index[(result.student, result.lab, cell.cell_id)] = (r, c)
                 index.setdefault((result.student, result.lab, "exercise:" + cell.exercise), (r, c))
-    scores: dict[tuple[int, int], float] = {}
+    entries: list[Entry] = []
     for line, row in _read_sheet(sheet):
         points_text = (row.get("points") or "").strip()
-        if not points_text:
+        comment = _unescape((row.get("comment") or "").strip()) or None
+        if not points_text and not comment:
             continue  # still pending
         student, lab = row.get("student") or "", row.get("lab") or ""
         cell_id = (row.get("cell_id") or "").strip()
@@ -124,32 +132,40 @@ def merge_manual_scores(
             for name, lb in ((student, lab), (_unescape(student), _unescape(lab)))
         ]
         found = next((index[k] for k in keys if k in index), None)  # without the ' escape
-        if found is None:
+        result = report.results[found[0]] if found else None
+        cell = result.cells[found[1]] if result and found else None
+        if cell is None or (points_text and not cell.manual):
             raise ManualScoreError(
                 f"{sheet}:{line}: no written answer of student {student!r} in lab {lab!r} "
-                f"({which}) in {folder}; copy student, lab and cell_id from manual.csv"
+                f"({which}) in this gradebook; copy student, lab and cell_id from manual.csv "
+                "(a cell graded by its tests takes a comment, not points)"
             )
-        r, c = found
-        cell = report.results[r].cells[c]
-        try:
-            points = float(points_text)
-        except ValueError:
-            points = math.nan
-        if not 0 <= points <= cell.max_points:
-            raise ManualScoreError(
-                f"{sheet}:{line}: points {points_text!r} for {student}'s "
-                f"{cell.exercise}: give a number from 0 to "
-                f"{_number(cell.max_points)}"
-            )
-        scores[(r, c)] = points
-    results = list(report.results)
-    for (r, c), points in scores.items():
-        cells = list(results[r].cells)
-        cells[c] = replace(
-            cells[c],
-            points=points,
-            passed=points == cells[c].max_points,
-            message=f"graded by hand: {_number(points)} / {_number(cells[c].max_points)}",
-        )
-        results[r] = replace(results[r], cells=tuple(cells))
-    return replace(report, results=tuple(results)), len(scores)
+        points = None
+        if points_text:
+            try:
+                points = float(points_text)
+            except ValueError:
+                points = math.nan
+            if not 0 <= points <= cell.max_points:
+                raise ManualScoreError(
+                    f"{sheet}:{line}: points {points_text!r} for {student}'s "
+                    f"{cell.exercise}: give a number from 0 to {_number(cell.max_points)}"
+                )
+        entries.append((result.student, result.lab, cell.cell_id, points, comment))
+    return entries
+
+
+def merge_manual_scores(
+    gradebook_dir: Path | str, scores_csv: Path | str, secret: str, by: str | None = None
+) -> tuple[GradeReport, int]:
+    """Store the entries of `scores_csv` in the verified gradebook of `gradebook_dir` (by
+    `by`, default the login name) and rewrite its views; (the report, entries stored)."""
+    from .views import BookSession
+
+    folder, sheet = Path(gradebook_dir), Path(scores_csv)
+    in_place = sheet.resolve() == (folder / "manual.csv").resolve()  # filled in where it lay
+    with BookSession(folder, secret, filled_in=in_place) as book:
+        entries = sheet_entries(book.report(), sheet)
+        stored = book.db.add_manual(entries, by=by or getpass.getuser(), sheet=str(sheet))
+        report = book.commit()
+    return report, stored

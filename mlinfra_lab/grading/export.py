@@ -1,0 +1,143 @@
+"""Export the gradebook for a learning-management system: one row per student, a total per lab.
+
+Contract: `export_table(report, fmt, roster)` returns the header and rows of the CSV that
+`fmt` (one of `FORMATS`) expects; `write_export(report, fmt, path, roster)` writes it
+atomically (``grade --export FORMAT``, into ``GRADEBOOK_DIR/export-FORMAT.csv``).
+`read_roster(path)` reads an optional roster CSV: a ``student`` column with the names the
+gradebook uses, and any of ``name``, ``id``, ``sis_user_id``, ``sis_login_id``,
+``section``, ``email``, ``username``, ``idnumber`` to fill the LMS's identifier columns.
+
+The formats, as the systems document them:
+- ``canvas``: Canvas's gradebook import reads the columns its own export writes:
+  ``Student``, ``ID``, ``SIS User ID``, ``SIS Login ID``, ``Section``, then one column per
+  assignment, and a second row ``Points Possible`` with each assignment's maximum (see
+  ``Course#gradebook_to_csv`` in instructure/canvas-lms, and e.g. Ohio State's "Import CSV
+  File for Carmen Grades": a student is matched by ID, SIS User ID or SIS Login ID; a
+  column that names no existing assignment creates one; a blank cell changes nothing).
+  Without a roster the student's name fills ``Student`` and ``SIS Login ID`` (collect
+  submissions in folders named by login ID and the import matches them).
+- ``moodle``: Moodle's "Import grades from CSV" (``grade/import/csv``) maps one column to
+  identify the user (``Username``, ``ID number`` or ``Email address`` here; it matches on
+  username, ID number, email or user id) and each other column to a grade item chosen on
+  its form; it takes no points-possible row, so there is none. Without a roster,
+  ``Username`` is the student's name.
+- ``csv``: ``student``, one column per lab, ``total`` and ``max``: for anything else.
+
+Design decisions:
+- A lab's total is what the gradebook's rows add up to: machine scores, hand-graded points
+  and the late penalty. A student who submitted a lab that could not be graded, or none,
+  gets an empty cell for it (an LMS reads that as "no grade", not 0).
+- Cells a spreadsheet would run as a formula are escaped as in the gradebook (`csv_safe`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from .errors import GradingError
+from .grade import GradeReport
+from .gradebook import csv_safe
+from .manifest import atomic_write
+
+__all__ = ["FORMATS", "ExportError", "export_table", "read_roster", "write_export"]
+
+FORMATS = ("canvas", "moodle", "csv")
+CANVAS_IDS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+MOODLE_IDS = ("Username", "ID number", "Email address")
+ROSTER_FIELDS = ("name", "id", "sis_user_id", "sis_login_id", "section", "email", "username", "idnumber")  # fmt: skip
+
+Roster = dict[str, dict[str, str]]
+
+
+class ExportError(GradingError):
+    """An export that cannot be written (an unknown format, an unreadable roster)."""
+
+
+def _number(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else round(x, 4)
+
+
+def read_roster(path: Path | str) -> Roster:
+    """student -> the roster's fields for that student (see the module docstring)."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.DictReader(fh)
+            if "student" not in (reader.fieldnames or ()):
+                raise ExportError(
+                    f"{path}: a roster needs a 'student' column (the names in the "
+                    f"gradebook) and any of {', '.join(ROSTER_FIELDS)}"
+                )
+            return {
+                row["student"].strip(): {k: (row.get(k) or "").strip() for k in ROSTER_FIELDS}
+                for row in reader
+                if (row.get("student") or "").strip()
+            }
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise ExportError(f"{path}: cannot read the roster ({err})") from None
+
+
+def _totals(report: GradeReport) -> tuple[list[str], dict[str, dict[str, float]], dict[str, float]]:
+    """(labs in order, student -> lab -> total, lab -> points possible)."""
+    labs: dict[str, float] = {}
+    totals: dict[str, dict[str, float]] = {}
+    for r in report.results:
+        labs[r.lab] = max(labs.get(r.lab, 0.0), r.max_points)
+        totals.setdefault(r.student, {})[r.lab] = max(r.points, 0.0)
+    for p in report.problems:  # identified, not graded: listed with an empty cell
+        if p.student and p.lab:
+            labs.setdefault(p.lab, 0.0)
+            totals.setdefault(p.student, {})
+    return sorted(labs), totals, labs
+
+
+def export_table(
+    report: GradeReport, fmt: str, roster: Roster | None = None
+) -> tuple[list[str], list[list[object]]]:
+    """The header and rows of the `fmt` export of `report` (see the module docstring)."""
+    if fmt not in FORMATS:
+        raise ExportError(f"--export {fmt!r}: choose one of {', '.join(FORMATS)}")
+    roster = roster or {}
+    labs, totals, possible = _totals(report)
+    students = sorted(totals)
+    scores = [[_number(totals[s][lab]) if lab in totals[s] else "" for lab in labs] for s in students]  # fmt: skip
+    if fmt == "canvas":
+        header = [*CANVAS_IDS, *labs]
+        rows: list[list[object]] = [["Points Possible", "", "", "", "", *(_number(possible[lab]) for lab in labs)]]  # fmt: skip
+        for s, marks in zip(students, scores, strict=True):
+            who = roster.get(s, {})
+            rows.append(
+                [who.get("name") or s, who.get("id", ""), who.get("sis_user_id", ""),
+                 who.get("sis_login_id") or (s if not who else ""), who.get("section", ""),
+                 *marks]
+            )  # fmt: skip
+        return header, rows
+    if fmt == "moodle":
+        header = [*MOODLE_IDS, *labs]
+        rows = []
+        for s, marks in zip(students, scores, strict=True):
+            who = roster.get(s, {})
+            rows.append([who.get("username") or s, who.get("idnumber", ""), who.get("email", ""), *marks])  # fmt: skip
+        return header, rows
+    header = ["student", *labs, "total", "max"]
+    rows = [
+        [s, *marks, _number(sum(totals[s].values())), _number(sum(possible.values()))]
+        for s, marks in zip(students, scores, strict=True)
+    ]
+    return header, rows
+
+
+def write_export(
+    report: GradeReport, fmt: str, path: Path | str, roster: Roster | None = None
+) -> Path:
+    """Write the `fmt` export of `report` to `path`, atomically; return `path`."""
+    header, rows = export_table(report, fmt, roster)
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(header)
+    writer.writerows([csv_safe(v) for v in row] for row in rows)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, text.getvalue().encode("utf-8"))
+    return path
