@@ -16,16 +16,22 @@ PYTHON   ?= python3
 VENV     ?= .venv
 BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
-# The CPU wheel of torch lies on the course machines' disk; an unpinned torch would pull a
-# multi-GB CUDA build. Where a GPU is present, requirements.txt's range picks a CUDA build.
-TORCH_CPU_PIN ?= torch==2.13.0
+# Without a GPU, torch's CPU build is installed first (PyPI's Linux torch is the CUDA build:
+# about 3 GB with its CUDA libraries). It comes from PyTorch's CPU index, except where a local
+# wheel folder (pip's find-links, as on the course machines) already holds a torch wheel.
+# Override either: make setup TORCH_INDEX=https://mirror/whl/cpu, or TORCH_INDEX= for plain pip.
+# Where a GPU is present, requirements.txt's range picks a CUDA build.
+TORCH_CPU_PIN   ?= torch==2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+LOCAL_WHEELS    ?= $(PIP_FIND_LINKS)
+TORCH_INDEX     ?= $(if $(wildcard $(addsuffix /torch-*.whl,$(LOCAL_WHEELS))),,$(TORCH_CPU_INDEX))
 HAS_GPU  := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 PYTEST   := $(BIN)/python -m pytest
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup book test test-gpu test-stages unit notebooks validate browser lint lab lock check-lock \
-        release-labs check-student-labs clean \
+        release-labs check-student-labs clean print-torch-cpu-index \
         bench-attention bench-scaling bench-ci bench-tracking bench-staleness
 
 setup: $(STAMP)
@@ -34,9 +40,12 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 ifeq ($(HAS_GPU),)
-	$(BIN)/python -m pip install -q "$(TORCH_CPU_PIN)"
-	# The CPU environment is pinned (requirements.lock, `make lock`): CI gets exactly it.
-	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q "$(TORCH_CPU_PIN)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	# The CPU environment is pinned (requirements.lock, `make lock`): CI gets exactly it. Its
+	# torch==X is the build just installed; its triton line applies on Linux only, and yields
+	# to the triton a CUDA build of torch pins itself (PyPI's, with TORCH_INDEX=).
+	$(BIN)/python .ci/lock_for_torch.py requirements.lock > $(VENV)/requirements.lock
+	$(BIN)/python -m pip install -q -r $(VENV)/requirements.lock
 endif
 	$(BIN)/python -m pip install -q -r requirements.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
@@ -75,8 +84,10 @@ unit: setup
 
 # The chapters under nbval. The instructor labs run in `validate` (their source, their release
 # and every wrong answer, as `grade` runs them); book/labs/ is not run (stubs raise by design).
+# NOTEBOOKS= narrows it (.ci/fresh-venv.sh runs chapter 5 alone in a fresh environment).
+NOTEBOOKS ?= book
 notebooks: setup
-	$(PYTEST) --nbval-lax --nbval-cell-timeout=900 --ignore=book/labs book
+	$(PYTEST) --nbval-lax --nbval-cell-timeout=900 --ignore=book/labs $(NOTEBOOKS)
 
 validate: setup
 	$(BIN)/mlinfra-lab validate labs --jobs 2
@@ -121,6 +132,10 @@ test-gpu: $(GPU_SETUP)
 	@$(GPU_PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU (torch.cuda.is_available() is False): use make test')"
 	MLINFRA_ATTENTION_AUTOTUNE=0 $(GPU_PY) -m pytest -m "gpu or attention or staleness" tests
 	$(GPU_PY) -m mlinfra_lab.ci.notebook_record --cell-timeout 60 --jobs $(GPU_JOBS) --out $(GPU_RECORD) book labs
+
+# For .ci/fresh-venv.sh: the index the set-up takes the CPU torch from off the course machines.
+print-torch-cpu-index:
+	@echo $(TORCH_CPU_INDEX)
 
 lab: setup
 	$(BIN)/jupyter lab

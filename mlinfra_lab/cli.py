@@ -19,18 +19,37 @@ Design decisions:
   tables (a test keeps the tables' help equal to what the chapters register).
 - Errors are caught once, here: handlers let a chapter's errors through and raise
   `CommandError` only for a flag that argparse cannot check.
+- The instructors' commands (``release``, ``grade``, ``validate``) need the ``grading``
+  extra (nbval, nbclient, ipykernel, pytest), which a student's ``pip install mlinfra-lab``
+  does not bring. `EXTRAS` names the extra each command module needs; before loading one,
+  `main` checks that the extra's distributions (read from the installed package's own
+  metadata, so pyproject.toml stays the one list) are installed, and otherwise says, on
+  one line, what to install: ``pip install "mlinfra-lab[grading]"``. Even ``--help`` says
+  it, since the commands cannot run.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Iterable, Sequence
 
 from mlinfra_lab.errors import CommandError, MlinfraError
 
-__all__ = ["BENCH_TARGETS", "COMMANDS", "CommandError", "build_parser", "main"]
+__all__ = [
+    "BENCH_TARGETS",
+    "COMMANDS",
+    "EXTRAS",
+    "CommandError",
+    "MissingExtraError",
+    "build_parser",
+    "main",
+    "missing_extra",
+]
+
+DISTRIBUTION = "mlinfra-lab"
 
 _GRADING = "mlinfra_lab.grading.cli"
 _ATTENTION = "mlinfra_lab.attention.cli"
@@ -75,6 +94,59 @@ BENCH_TARGETS: dict[str, tuple[str, str]] = {
         "time the async parameter-server simulator (64 workers x 20,000 updates)",
     ),
 }
+
+
+# command module -> the extra of `DISTRIBUTION` its commands need
+EXTRAS: dict[str, str] = {_GRADING: "grading"}
+
+
+class MissingExtraError(MlinfraError, ImportError):
+    """A command needs an extra of the package that is not installed; says what to install."""
+
+    def __init__(self, extra: str, missing: Iterable[str]) -> None:
+        self.extra, self.missing = extra, sorted(missing)
+        super().__init__(
+            f"this command needs the {extra!r} extra, which is not installed here "
+            f"(missing: {', '.join(self.missing)}); install it with: "
+            f'pip install "{DISTRIBUTION}[{extra}]"'
+        )
+
+
+def missing_extra(extra: str) -> list[str]:
+    """The distributions of ``mlinfra-lab[extra]`` that are not installed.
+
+    Read from the installed package's metadata; empty when all are installed, or when the
+    package runs from a source tree without metadata (then an import error decides).
+    """
+    from packaging.requirements import Requirement
+
+    try:
+        requires = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    missing = []
+    for line in requires:
+        req = Requirement(line)
+        if req.marker is None or not req.marker.evaluate({"extra": extra}):
+            continue
+        try:
+            importlib.metadata.version(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(req.name)
+    return missing
+
+
+def _load(module: str) -> object:
+    """Import a command module, first checking the extra it needs (`EXTRAS`)."""
+    extra = EXTRAS.get(module)
+    if extra is not None and (missing := missing_extra(extra)):
+        raise MissingExtraError(extra, missing)
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if extra is None or (err.name or "").startswith("mlinfra_lab"):
+            raise
+        raise MissingExtraError(extra, [err.name or "?"]) from err
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -133,8 +205,12 @@ def build_parser(modules: Iterable[str] | None = None) -> argparse.ArgumentParse
     bench = bench_parser.add_subparsers(dest="target", metavar="TARGET", required=True)
     for module in TOPIC_CLIS:
         if module in load:
-            importlib.import_module(module).register(commands, bench)
-            continue
+            try:
+                _load(module).register(commands, bench)
+                continue
+            except MissingExtraError:
+                if modules is not None:  # asked for by name: main says what to install
+                    raise
         for table, subparsers in ((COMMANDS, commands), (BENCH_TARGETS, bench)):
             for name, (owner, text) in table.items():
                 if owner == module:
@@ -151,10 +227,15 @@ def _one_line(err: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``mlinfra-lab`` with `argv` (default: ``sys.argv[1:]``); return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(_modules_for(argv)).parse_args(argv)
-    chapter = getattr(args, "chapter_cli", None)
-    if chapter is not None:  # a command line _modules_for did not foresee: load and reparse
-        args = build_parser({chapter}).parse_args(argv)
+    try:
+        args = build_parser(_modules_for(argv)).parse_args(argv)
+        chapter = getattr(args, "chapter_cli", None)
+        if chapter is not None:  # a command line _modules_for did not foresee: load, reparse
+            args = build_parser({chapter}).parse_args(argv)
+    except MissingExtraError as err:
+        words = [a for a in argv if not a.startswith("-")]
+        print(f"mlinfra-lab {' '.join(words[:1])}: error: {err}", file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except MlinfraError as err:

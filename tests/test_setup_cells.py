@@ -1,10 +1,12 @@
-"""Every notebook's set-up cell is the one rendered from _config.yml (issue 11, item 6).
+"""Every notebook's set-up cell is the one rendered from _config.yml (issues 11 and 31).
 
-The install URL lives in one place, `repository.url` (and `branch`) of _config.yml, where
-the launch buttons read it too; book/_ext/setup_cells.py renders the set-up cell from it.
-These tests fail when a notebook's cell was edited by hand or the URL changed without
-`python book/_ext/setup_cells.py --write`, and prove that --write and --check do their job
-on a copy of a notebook (cell id, metadata and every other cell kept).
+The cell installs a pinned release: the wheel of pyproject.toml's version, attached to the
+GitHub release ``v<version>`` of `repository.url` in _config.yml (the one place to change
+the repository, where the launch buttons read it too); book/_ext/setup_cells.py renders
+the cell. These tests fail when a notebook's cell was edited by hand, or the URL or the
+version changed without `python book/_ext/setup_cells.py --write`, and prove that --write
+and --check do their job on a copy of a notebook (cell id, metadata and every other cell
+kept). tests/test_colab_install.py builds that wheel and checks its file name.
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 pytestmark = pytest.mark.foundation
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted([*ROOT.glob("book/*.ipynb"), *ROOT.glob("labs/*.ipynb")])
-SPEC = re.compile(r'"mlinfra-lab\[course\] @ git\+(?P<url>[^"@]+)@(?P<branch>[^"]+)"')
+SPEC = re.compile(
+    r'"mlinfra-lab\[course\] @ (?P<url>https://[^"]+)/releases/download/v(?P<tag>[^/"]+)/'
+    r'(?P<wheel>[^/"]+\.whl)"'
+)
 
 
 def _load_generator():
@@ -41,16 +47,42 @@ def _setup_source(path: Path) -> str:
     return "".join(cell["source"])
 
 
-def test_rendered_cell_installs_the_course_extra_from_the_configured_repository() -> None:
+def _version() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def test_rendered_cell_installs_this_versions_release_from_the_configured_repository() -> None:
     repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
     text = gen.render()
     compile(text, "set-up cell", "exec")
     first = text.splitlines()[0]
     assert first.startswith("# Set-up") and "generated" in first and gen.COMMAND in first
     match = SPEC.search(text)
-    assert match, f"no `mlinfra-lab[course] @ git+URL@BRANCH` requirement in:\n{text}"
-    assert (match["url"], match["branch"]) == (repo["url"].rstrip("/"), repo.get("branch", "main"))
+    assert match, f"no `mlinfra-lab[course] @ URL/releases/download/vX/WHEEL` in:\n{text}"
+    assert match["url"] == repo["url"].rstrip("/")
+    assert match["tag"] == _version(), "the cell must install the release of pyproject's version"
+    assert match["wheel"] == f"mlinfra_lab-{_version()}-py3-none-any.whl"
+    assert "git+" not in text and "@main" not in text, "a branch is not a pinned release"
     assert 'find_spec("mlinfra_lab")' in text and "runtime.describe()" in text
+
+
+def test_the_url_and_the_version_each_come_from_one_file(tmp_path: Path) -> None:
+    shutil.copy2(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    config = tmp_path / "_config.yml"
+    config.write_text("repository:\n  url: https://github.com/someone/fork/\n")
+    assert gen.release_url(config) == (
+        f"https://github.com/someone/fork/releases/download/v{_version()}/"
+        f"mlinfra_lab-{_version()}-py3-none-any.whl"
+    )
+    text = (tmp_path / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(text.replace(f'"{_version()}"', '"9.8.7"', 1))
+    assert gen.install_spec(config) == (
+        "mlinfra-lab[course] @ https://github.com/someone/fork/releases/download/v9.8.7/"
+        "mlinfra_lab-9.8.7-py3-none-any.whl"
+    )
+    (tmp_path / "pyproject.toml").unlink()
+    with pytest.raises(gen.SetupCellError, match="pyproject.toml: cannot read"):
+        gen.render(config)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -59,7 +91,8 @@ def test_notebook_setup_cell_is_the_generated_one(path: Path) -> None:
     match = SPEC.search(source)
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].rstrip("/")
     assert match, (
-        f"{path.name}: the set-up cell installs no mlinfra-lab[course] from git; run `{gen.COMMAND}`"
+        f"{path.name}: the set-up cell installs no released mlinfra-lab[course] wheel; "
+        f"run `{gen.COMMAND}`"
     )
     assert match["url"] == url, (
         f"{path.name}: the set-up cell installs from {match['url']}, _config.yml's repository.url "

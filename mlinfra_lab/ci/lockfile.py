@@ -1,6 +1,7 @@
 """Environment reproducibility: compare a pinned lock file with what is installed.
 
-Contract: ``check_lockfile(lock_path)`` parses ``name==version`` lines, compares each with
+Contract: ``check_lockfile(lock_path)`` parses ``name==version`` lines (each may carry a PEP
+508 environment marker after ``;``), compares every pin that applies to this machine with
 ``importlib.metadata`` and returns a `LockReport` listing every package that is missing or
 at another version (``report.ok`` is False then); ``write_lockfile(path)`` writes such a
 file from the current environment (``make lock``).
@@ -8,17 +9,27 @@ file from the current environment (``make lock``).
 Design decisions:
 - The lock is the environment CI ran on, written by a command, never by hand, so it can
   always be regenerated; ``requirements.txt`` keeps the ranges a human chose.
-- Names are compared in their PEP 503 normal form (``Jinja2`` == ``jinja2``,
-  ``typing_extensions`` == ``typing-extensions``); versions are compared as strings,
-  exactly (a lock pins, it does not range).
+- One lock for every platform: a package that exists only on some platforms carries the
+  marker of the ``requirements.txt`` line that asks for it (``triton==3.9.0 ;
+  platform_system == "Linux"``: Triton has no macOS wheel), so ``pip install -r
+  requirements.lock`` skips it there and ``check_lockfile`` reports it as not applying
+  (`LockReport.not_here`), not as missing. Markers come from requirements.txt, not from a
+  table here, so the two cannot disagree.
+- Local version labels are not locked: ``torch 2.13.0+cpu`` is written ``torch==2.13.0``.
+  Which build of a version is installed (CPU, CUDA) is the index's choice (the Makefile's
+  ``TORCH_INDEX``); a platform without ``+cpu`` builds (macOS) installs the same lock.
+- Versions are compared as PEP 440 does for ``==`` (``2.13.0`` matches an installed
+  ``2.13.0+cpu``; ``1.0`` matches ``1.0.0``); names in their PEP 503 normal form
+  (``Jinja2`` == ``jinja2``, ``typing_extensions`` == ``typing-extensions``).
 - The installers (pip, setuptools, wheel) and the project itself are not locked.
 - Packages installed but absent from the lock are reported as ``extra``, not as failures:
   CI fails on drift of what the project pinned, and ``make lock`` adds the newcomers.
 - A line that does not parse raises `LockfileError` naming the file and the line: a
   half-understood lock is worse than none.
 
-Caveat: the project's lock describes the CPU environment of its CI machine. A GPU machine
-has another torch build (``2.x.y+cu12x``) and CUDA wheels; lock it separately.
+Caveats: write the lock on Linux (where every course package installs): a lock written on
+macOS has no Triton line at all. A GPU machine has another torch build and CUDA wheels
+(``nvidia-*``, reported as ``extra``); ``make check-lock`` skips it.
 """
 
 from __future__ import annotations
@@ -28,19 +39,30 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.markers import InvalidMarker, Marker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, Specifier
+from packaging.version import InvalidVersion
+
 from mlinfra_lab.errors import MlinfraError
 
 __all__ = [
+    "LockPin",
     "LockReport",
     "LockfileError",
     "Mismatch",
     "check_lockfile",
     "installed_packages",
     "parse_lockfile",
+    "read_pins",
+    "requirement_markers",
     "write_lockfile",
 ]
 
-_LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#]+)\s*(#.*)?$")
+_LINE = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#]+)"
+    r"\s*(;(?P<marker>[^#]*))?(#.*)?$"
+)
 # Not locked: the project itself (installed editable: it is what is under test) and the
 # installers (pip upgrades itself in `make setup`; pip-tools calls these "unsafe" too).
 _SKIP = {"mlinfra-lab", "pip", "setuptools", "wheel"}
@@ -48,6 +70,22 @@ _SKIP = {"mlinfra-lab", "pip", "setuptools", "wheel"}
 
 class LockfileError(MlinfraError, ValueError):
     """The lock file is missing or has a line that does not parse; names file and line."""
+
+
+@dataclass(frozen=True)
+class LockPin:
+    """One line of a lock: a package, its version and the platforms it applies to."""
+
+    name: str  # PEP 503 normal form
+    version: str
+    marker: str | None = None  # a PEP 508 marker; None: every platform
+
+    def applies(self) -> bool:
+        """Whether this machine's Python should have the package (its marker holds here)."""
+        return self.marker is None or Marker(self.marker).evaluate()
+
+    def __str__(self) -> str:
+        return f"{self.name}=={self.version}" + (f" ; {self.marker}" if self.marker else "")
 
 
 @dataclass(frozen=True)
@@ -71,9 +109,10 @@ class LockReport:
     """The result of comparing a lock file with the environment."""
 
     lock_path: Path
-    checked: int  # locked packages compared
+    checked: int  # locked packages that apply here, compared
     mismatches: tuple[Mismatch, ...]  # missing or other version: these fail CI
     extra: tuple[Mismatch, ...]  # installed but not locked: reported only
+    not_here: tuple[LockPin, ...] = ()  # pins whose marker is false on this machine
 
     @property
     def ok(self) -> bool:
@@ -86,6 +125,9 @@ class LockReport:
             else f"{self.lock_path}: {len(self.mismatches)} of {self.checked} locked packages differ"
         )
         lines = [head, *(f"  {m}" for m in self.mismatches)]
+        if self.not_here:
+            system = f"{platform.system()} {platform.machine()}"
+            lines.append(f"  (not for {system}: {', '.join(str(p) for p in self.not_here)})")
         if self.extra:
             lines.append(
                 f"  ({len(self.extra)} installed packages not in the lock; run `make lock`)"
@@ -97,14 +139,14 @@ def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def parse_lockfile(lock_path: str | Path) -> dict[str, str]:
-    """Read ``name==version`` lines (comments and blank lines allowed) into {name: version}."""
+def read_pins(lock_path: str | Path) -> tuple[LockPin, ...]:
+    """Every pin of the lock file, for every platform, in file order."""
     path = Path(lock_path)
     try:
         text = path.read_text()
     except FileNotFoundError:
         raise LockfileError(f"{path}: no such lock file; generate it with `make lock`") from None
-    pins: dict[str, str] = {}
+    pins: dict[str, LockPin] = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -112,13 +154,25 @@ def parse_lockfile(lock_path: str | Path) -> dict[str, str]:
         match = _LINE.match(line)
         if match is None:
             raise LockfileError(
-                f"{path}:{number}: cannot parse {raw.strip()!r}: expected 'name==version'"
+                f"{path}:{number}: cannot parse {line!r}: expected 'name==version' "
+                f"(optionally '; marker')"
             )
+        marker = (match["marker"] or "").strip() or None
+        if marker is not None:
+            try:
+                marker = str(Marker(marker))
+            except InvalidMarker as err:
+                raise LockfileError(f"{path}:{number}: bad environment marker: {err}") from None
         name = _normalize(match["name"])
         if name in pins:
             raise LockfileError(f"{path}:{number}: {match['name']} is pinned twice")
-        pins[name] = match["version"]
-    return pins
+        pins[name] = LockPin(name, match["version"], marker)
+    return tuple(pins.values())
+
+
+def parse_lockfile(lock_path: str | Path) -> dict[str, str]:
+    """{name: version} of the lock's pins that apply to this machine (markers evaluated)."""
+    return {pin.name: pin.version for pin in read_pins(lock_path) if pin.applies()}
 
 
 def installed_packages() -> dict[str, str]:
@@ -133,32 +187,79 @@ def installed_packages() -> dict[str, str]:
     return found
 
 
+def _same(locked: str, installed: str | None) -> bool:
+    """PEP 440's ``==``: `installed` is the locked version, of any build (local label)."""
+    if installed is None:
+        return False
+    try:
+        return Specifier(f"=={locked}").contains(installed, prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return locked == installed  # not PEP 440: only the very same string matches
+
+
 def check_lockfile(lock_path: str | Path) -> LockReport:
     """Compare `lock_path` with the installed packages; report each mismatch."""
-    pins = parse_lockfile(lock_path)
+    pins = read_pins(lock_path)
+    here = [pin for pin in pins if pin.applies()]
     installed = installed_packages()
     mismatches = tuple(
-        Mismatch(name, version, installed.get(name))
-        for name, version in sorted(pins.items())
-        if installed.get(name) != version
+        Mismatch(pin.name, pin.version, installed.get(pin.name))
+        for pin in sorted(here, key=lambda p: p.name)
+        if not _same(pin.version, installed.get(pin.name))
     )
+    locked = {pin.name for pin in pins}
     extra = tuple(
         Mismatch(name, None, version)
         for name, version in sorted(installed.items())
-        if name not in pins
+        if name not in locked
     )
-    return LockReport(Path(lock_path), len(pins), mismatches, extra)
+    not_here = tuple(pin for pin in pins if not pin.applies())
+    return LockReport(Path(lock_path), len(here), mismatches, extra, not_here)
 
 
-def write_lockfile(lock_path: str | Path) -> int:
-    """Write the installed packages as a sorted ``name==version`` lock; return how many."""
-    packages = installed_packages()
+def requirement_markers(requirements: str | Path) -> dict[str, str]:
+    """{normalized name: marker} of every line of a requirements file that has a marker."""
+    markers: dict[str, str] = {}
+    for number, raw in enumerate(Path(requirements).read_text().splitlines(), 1):
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as err:
+            raise LockfileError(f"{requirements}:{number}: cannot parse {line!r}: {err}") from None
+        if req.marker is not None:
+            markers[_normalize(req.name)] = str(req.marker)
+    return markers
+
+
+def write_lockfile(lock_path: str | Path, requirements: str | Path | None = None) -> int:
+    """Write the installed packages as a sorted ``name==version`` lock; return how many.
+
+    `requirements`: the file whose markers the lock's lines carry (a package asked for with
+    ``; platform_system == "Linux"`` is locked with that marker); default: the
+    ``requirements.txt`` beside `lock_path`, where there is one.
+    """
+    lock_path = Path(lock_path)
+    if requirements is None and (lock_path.parent / "requirements.txt").is_file():
+        requirements = lock_path.parent / "requirements.txt"
+    markers = requirement_markers(requirements) if requirements is not None else {}
     header = [
         "# requirements.lock: the exact CPU environment the project's CI runs on.",
         "# Generated by `make lock` (mlinfra-lab ci lock); checked by `make check-lock`.",
         f"# python {platform.python_version()} on {platform.system()} {platform.machine()}",
+        "# Builds are the index's choice: torch==X matches X+cpu (the Makefile installs the CPU",
+        "# build first). Lines with a marker apply only where it holds (from requirements.txt).",
         "# A GPU machine differs (CUDA torch build): lock it separately.",
     ]
-    lines = [f"{name}=={version}" for name, version in sorted(packages.items())]
-    Path(lock_path).write_text("\n".join(header + lines) + "\n")
+    lines = []
+    for name, version in sorted(installed_packages().items()):
+        pin = LockPin(name, _public(version), markers.get(name))
+        lines.append(str(pin))
+    lock_path.write_text("\n".join(header + lines) + "\n")
     return len(lines)
+
+
+def _public(version: str) -> str:
+    """`version` without its local label (``2.13.0+cpu`` -> ``2.13.0``), otherwise as written."""
+    return version.split("+", 1)[0]

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The set-up a student's machine runs, proven from nothing: a fresh venv under /tmp, pip
+# cut off from this machine's configuration, `make setup` and `make notebooks` as README
+# says, then chapter 5 under nbval in that environment.
+#
+# Decisions:
+# - pip as on a laptop: no config file (PIP_CONFIG_FILE=/dev/null: no local wheel folder,
+#   no extra index, no constraint), no PIP_* variables, an empty cache, public PyPI only.
+# - torch: the Makefile's default, PyTorch's CPU index, where it answers. Where it does
+#   not (this CI reaches PyPI only), the fallback is what PyPI gives this platform, said so
+#   in the log: on Linux x86-64 that is the CUDA build with its nvidia-* libraries (about
+#   3 GB), which imports and runs on a machine without a GPU. Installing PyPI's torch with
+#   --no-deps to save the download would not be the student's environment (it does not
+#   import without its CUDA libraries), so it is not done.
+# - The lock is then checked in the fresh environment (`check_lockfile`): its torch==X
+#   matches the CPU build and PyPI's. PyPI's CUDA build pins its own triton (torch 2.13.0:
+#   3.7.1, the lock's CPU environment has 3.9.0): `make setup` lets that pin win
+#   (.ci/lock_for_torch.py), and this check accepts that difference only on the fallback.
+# - The log ends with the seconds each step took and what was downloaded; the venv and the
+#   cache are deleted at the end, also on failure (FRESH_KEEP=1 keeps them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+work=$(mktemp -d "${TMPDIR:-/tmp}/mlinfra-fresh.XXXXXX")
+[ "${FRESH_KEEP:-0}" = 1 ] || trap 'rm -rf "$work"' EXIT
+log() { printf 'fresh-venv: %s\n' "$*"; }
+step() { log "$1: $(( $(date +%s) - t0 )) s"; t0=$(date +%s); }
+
+for var in $(env | sed -n 's/^\(PIP_[A-Z_]*\)=.*/\1/p'); do unset "$var"; done
+unset PYTHONPATH PYTHONHOME VIRTUAL_ENV JUPYTER_PATH TRITON_INTERPRET
+export PIP_CONFIG_FILE=/dev/null PIP_INDEX_URL=https://pypi.org/simple
+export PIP_CACHE_DIR="$work/pip-cache" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+export PYTHONNOUSERSITE=1
+PYTHON=${PYTHON:-python3}
+cpu_index=$(make -s --no-print-directory -f Makefile print-torch-cpu-index)
+log "python: $($PYTHON -c 'import platform, sys; print(sys.version.split()[0], platform.system(), platform.machine())')"
+log "pip: no configuration, index $PIP_INDEX_URL only"
+
+if $PYTHON - "$cpu_index/torch/" <<'PY'
+import sys, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=15).close()
+except OSError as err:
+    print(f"fresh-venv: PyTorch's CPU index {sys.argv[1]} is unreachable ({err})")
+    sys.exit(1)
+PY
+then
+  torch_index=$cpu_index
+  log "torch: the CPU build from $cpu_index (the Makefile's default)"
+else
+  torch_index=
+  log "torch: FALLBACK: PyPI's torch for this platform (on Linux x86-64 the CUDA build and"
+  log "       its nvidia-* libraries), as a student's pip would get it without the CPU index"
+fi
+
+t0=$(date +%s)
+make --no-print-directory setup VENV="$work/venv" PYTHON="$PYTHON" TORCH_INDEX="$torch_index"
+step "make setup"
+"$work/venv/bin/mlinfra-lab" info
+(cd /tmp && "$work/venv/bin/python" -c 'import mlinfra_lab, torch; print("fresh-venv: mlinfra_lab from", mlinfra_lab.__file__, "| torch", torch.__version__, "from", torch.__file__)')
+# The lock, checked in the fresh environment: it must match, except (fallback only) where
+# the torch build pins its own version (.ci/lock_for_torch.py says which).
+"$work/venv/bin/python" - "$torch_index" <<'PY'
+import sys
+sys.path.insert(0, ".ci")
+from lock_for_torch import torch_pins
+from mlinfra_lab.ci import check_lockfile
+
+report, cpu_path = check_lockfile("requirements.lock"), bool(sys.argv[1])
+print(report)
+allowed = set() if cpu_path else set(torch_pins())
+unexpected = [m for m in report.mismatches if m.name not in allowed]
+if unexpected:
+    sys.exit(f"fresh-venv: the fresh environment differs from requirements.lock: {unexpected}")
+for m in report.mismatches:
+    print(f"fresh-venv: {m.name} {m.installed} is the torch build's own pin (fallback), not the lock's")
+PY
+make --no-print-directory notebooks VENV="$work/venv" NOTEBOOKS=book/05_staleness.ipynb
+step "chapter 5 under nbval"
+
+downloaded=$(du -sm "$PIP_CACHE_DIR" | cut -f1)
+installed=$(du -sm "$work/venv" | cut -f1)
+log "downloaded ${downloaded} MB (pip's cache), venv ${installed} MB on disk"
+log "passed in $(( $(date +%s) - start )) s"
