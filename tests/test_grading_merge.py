@@ -91,3 +91,41 @@ def test_overlapping_or_mismatched_chunks_are_refused(tmp_path):
     with contextlib.redirect_stderr(err_io):
         code = main(["grade", "--merge", str(a), "--out", str(tmp_path / "z")])
     assert code == 2 and "secret" in err_io.getvalue()  # merged without the chunks' secret
+
+
+def test_a_chunk_merged_into_a_gradebook_replaces_its_students_and_keeps_the_rest(tmp_path):
+    """A regrade chunk (alice, graded again elsewhere) merged into the class's gradebook:
+    her rows are replaced; bob's rows and the comment entered on them are kept."""
+    from mlinfra_lab.grading.views import BookSession
+
+    all_ = tmp_path / "all"
+    code, err = _merge(str(_chunk(tmp_path, "a", ["alice", "bob"])), "--out", str(all_))
+    assert code == 0, err
+    with BookSession(all_, SECRET) as book:
+        book.db.add_manual([("bob", "00_warmup", "g2", None, "see lecture 3")], by="ta", sheet="t")
+        book.commit()
+    again = _chunk(tmp_path, "again", ["alice"])
+    book_json = json.loads((again / "gradebook.json").read_text())
+    assert book_json["results"][0]["student"] == "alice"
+    results = (
+        GradeResult(
+            "alice",
+            "00_warmup",
+            "alice.ipynb",
+            (
+                CellResult("g1", "softmax", 2.0, 2.0, True, ""),
+                CellResult("g2", "lse", 2.0, 2.0, True, ""),
+            ),
+            "ef" * 32,
+        ),
+    )
+    write_gradebook(GradeReport(results, (), sources=SOURCES), again, secret=SECRET)
+    code, err = _merge(str(again), "--out", str(all_))
+    assert code == 0, err
+    with open(all_ / "gradebook.csv", newline="") as fh:
+        rows = {(r["student"], r["exercise"]): r for r in csv.DictReader(fh)}
+    assert rows[("alice", "lse")]["points"] == "2", "alice's regrade replaced her rows"
+    assert (
+        rows[("bob", "lse")]["points"] == "0" and rows[("bob", "lse")]["comment"] == "see lecture 3"
+    )
+    assert verify_gradebook(all_, SECRET).ok

@@ -3,7 +3,8 @@
 Contract: `merge_gradebooks(chunk_dirs, secret)` verifies every chunk against its manifest
 (`manifest.verify_gradebook`, with the same secret), reads their ``gradebook.json`` and
 returns one `GradeReport` holding every chunk's results, problems and warnings; then
-`gradebook.write_gradebook` writes it with a fresh manifest. `MergeError` names the chunk
+``grade --merge`` stores it in the gradebook database of ``--out`` (`views`) and rewrites
+its views with a fresh manifest. `MergeError` names the chunk
 and the reason when a chunk fails verification, was graded against other source labs or
 another secret, or grades a student's lab that another chunk also graded.
 
@@ -13,8 +14,11 @@ Design decisions:
 - The same source labs (by SHA-256) in every chunk, and the secret of the merge: rows
   graded against different hidden tests are not comparable, and a keyed chunk verifies
   only with its own secret.
-- A (student, lab) graded in two chunks is an error, not "last one wins": the instructor
-  split the submissions, and an overlap means the split was wrong.
+- A (student, lab) graded in two chunks of one merge is an error, not "last one wins": the
+  instructor split the submissions, and an overlap means the split was wrong. Merging into
+  a gradebook that already holds a student is a regrade: the chunk's rows replace that
+  student's, everyone else's rows and every manual entry are kept (a late chunk, or a
+  student graded again on another machine).
 - The merged config is the first chunk's (``jobs`` may differ between chunks; it changes
   nothing about the grades); each chunk's folder is kept in the merged warnings.
 """
