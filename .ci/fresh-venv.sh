@@ -16,8 +16,11 @@
 #   matches the CPU build and PyPI's. PyPI's CUDA build pins its own triton (torch 2.13.0:
 #   3.7.1, the lock's CPU environment has 3.9.0): `make setup` lets that pin win
 #   (.ci/lock_for_torch.py), and this check accepts that difference only on the fallback.
-# - The log ends with the seconds each step took and what was downloaded; the venv and the
-#   cache are deleted at the end, also on failure (FRESH_KEEP=1 keeps them).
+# - Kept from the caller's environment: the TLS trust settings (REQUESTS_CA_BUNDLE,
+#   SSL_CERT_FILE: a CI network's proxy CA), which say whom to trust, not where packages are.
+# - The log ends with the seconds each step took, the bytes this machine received meanwhile
+#   (/proc/net/dev: the downloads, plus whatever else ran) and the venv's size; the venv is
+#   deleted at the end, also on failure (FRESH_KEEP=1 keeps it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -29,9 +32,13 @@ step() { log "$1: $(( $(date +%s) - t0 )) s"; t0=$(date +%s); }
 for var in $(env | sed -n 's/^\(PIP_[A-Z_]*\)=.*/\1/p'); do unset "$var"; done
 unset PYTHONPATH PYTHONHOME VIRTUAL_ENV JUPYTER_PATH TRITON_INTERPRET
 export PIP_CONFIG_FILE=/dev/null PIP_INDEX_URL=https://pypi.org/simple
-export PIP_CACHE_DIR="$work/pip-cache" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 export PYTHONNOUSERSITE=1
 PYTHON=${PYTHON:-python3}
+received() {  # bytes received on every network interface but loopback, from /proc/net/dev
+  $PYTHON -c 'import re; print(sum(int(re.split(r"[:\s]+", l.strip())[1]) for l in open("/proc/net/dev").readlines()[2:] if not l.strip().startswith("lo:")))' 2>/dev/null || echo 0
+}
+rx0=$(received)
 cpu_index=$(make -s --no-print-directory -f Makefile print-torch-cpu-index)
 log "python: $($PYTHON -c 'import platform, sys; print(sys.version.split()[0], platform.system(), platform.machine())')"
 log "pip: no configuration, index $PIP_INDEX_URL only"
@@ -78,7 +85,6 @@ PY
 make --no-print-directory notebooks VENV="$work/venv" NOTEBOOKS=book/05_staleness.ipynb
 step "chapter 5 under nbval"
 
-downloaded=$(du -sm "$PIP_CACHE_DIR" | cut -f1)
 installed=$(du -sm "$work/venv" | cut -f1)
-log "downloaded ${downloaded} MB (pip's cache), venv ${installed} MB on disk"
+log "received $(( ($(received) - rx0) / 1000000 )) MB over the network; the venv is ${installed} MB on disk"
 log "passed in $(( $(date +%s) - start )) s"

@@ -1,4 +1,5 @@
-"""The Colab path: the built wheel, installed with ``[course]``, runs a chapter and a lab.
+"""The Colab path: the built wheel, installed with ``[course]``, runs a chapter and a lab;
+installed with no extra, it imports and keeps the grader's dependencies out.
 
 Colab has torch, Jupyter and the scientific stack preinstalled, and nothing of this
 repository: its set-up cell pip-installs ``mlinfra-lab[course]``, and every later cell must
@@ -12,6 +13,12 @@ environment outside the checkout:
 4. copy one chapter and one lab into a temporary folder and execute them there with nbclient
    in that environment, then check that the kernel imported ``mlinfra_lab`` from the venv.
 
+The wheel's file name is the one the notebooks' set-up cell downloads from the release
+(book/_ext/setup_cells.py). A second venv gets the wheel with no extra, as ``pip install
+mlinfra-lab`` gives a student: ``import mlinfra_lab`` works, nbval, nbclient, ipykernel and
+pytest are not installed, and ``mlinfra-lab grade`` says to install ``mlinfra-lab[grading]``
+(and works once it is).
+
 Chapter 4 imports the most dependencies (SQLAlchemy, Alembic, fsspec, networkx, matplotlib,
 ipywidgets) and plots a committed benchmark result, so it also proves the results ship in the
 wheel; lab 1 runs a Triton kernel (the interpreter on a CPU). Both take seconds; the
@@ -20,6 +27,7 @@ installs take most of the test's two to three minutes on a 2-core machine.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -35,6 +43,7 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ["book/04_tracking.ipynb", "labs/01_fused_attention.ipynb"]
 TORCH = os.environ.get("TORCH_CPU_PIN", "torch==2.13.0")
+GRADER_DEPENDENCIES = ("nbval", "nbclient", "ipykernel", "pytest")
 PROBE = (
     "import json, sys, mlinfra_lab, torch\n"
     "print('PROBE', json.dumps([mlinfra_lab.__file__, sys.executable, torch.__version__]))"
@@ -154,28 +163,92 @@ def test_requirements_txt_lists_the_course_extra() -> None:
     )
 
 
-@pytest.mark.install
-@pytest.mark.timeout(1500)
-def test_wheel_with_course_extra_runs_a_chapter_and_a_lab_outside_the_checkout(
-    tmp_path: Path,
-) -> None:
-    src, dist, venv, work = (tmp_path / n for n in ("src", "dist", "venv", "work"))
-    for d in (src, dist, work):
+def _setup_cells():
+    spec = importlib.util.spec_from_file_location("setup_cells", ROOT / "book/_ext/setup_cells.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from a copy of the sources (nothing is written in the checkout)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src, dist = tmp / "src", tmp / "dist"
+    for d in (src, dist):
         d.mkdir()
     _copy_sources(src)
-    env = _clean_env(venv)
+    env = _clean_env(tmp / "no-venv")
     _run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(src), "-w", str(dist)],
-        tmp_path,
+        tmp,
         env,
         600,
     )
-    (wheel,) = dist.glob("mlinfra_lab-*.whl")
+    (built,) = dist.glob("mlinfra_lab-*.whl")
+    return built
+
+
+@pytest.mark.install
+def test_wheel_holds_the_package_and_has_the_name_the_setup_cell_downloads(wheel: Path) -> None:
     missing = _expected_wheel_files() - set(zipfile.ZipFile(wheel).namelist())
     assert not missing, (
         f"the wheel lacks {sorted(missing)[:10]}: check pyproject's packages and package-data"
     )
+    cells = _setup_cells()
+    assert wheel.name == cells.wheel_name(*cells.project()), (
+        f"built {wheel.name}; the set-up cell downloads {cells.release_url()}"
+    )
+    assert cells.release_url().endswith(f"/{wheel.name}")
 
+
+@pytest.mark.install
+@pytest.mark.timeout(900)
+def test_wheel_without_extras_imports_and_sends_instructors_to_the_grading_extra(
+    wheel: Path, tmp_path: Path
+) -> None:
+    venv = tmp_path / "venv"
+    env = _clean_env(venv)
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env, 300)
+    python, cli = str(venv / "bin" / "python"), str(venv / "bin" / "mlinfra-lab")
+    _run([python, "-m", "pip", "install", "-q", TORCH], tmp_path, env, 900)
+    _run([python, "-m", "pip", "install", "-q", str(wheel)], tmp_path, env, 900)
+
+    probe = (
+        "import importlib.metadata as md, json, mlinfra_lab\n"
+        "from mlinfra_lab import runtime\n"
+        "def have(name):\n"
+        "    try:\n        return md.version(name)\n"
+        "    except md.PackageNotFoundError:\n        return None\n"
+        f"print(json.dumps([mlinfra_lab.__file__, str(runtime.describe()), "
+        f"{{n: have(n) for n in {GRADER_DEPENDENCIES!r}}}]))"
+    )
+    module, described, grader = json.loads(_run([python, "-c", probe], tmp_path, env, 300))
+    assert Path(module).is_relative_to(venv) and "torch" in described
+    installed = {name: version for name, version in grader.items() if version}
+    assert not installed, f"`pip install mlinfra-lab` (no extra) installed {installed}"
+    assert "usage: mlinfra-lab" in _run([cli, "--help"], tmp_path, env, 120)
+
+    for argv in (["grade", "--help"], ["validate", "labs"]):
+        out = subprocess.run(
+            [cli, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 2, (argv, out.stdout, out.stderr)
+        assert out.stderr.count("\n") == 1 and 'pip install "mlinfra-lab[grading]"' in out.stderr
+        assert all(name in out.stderr for name in GRADER_DEPENDENCIES), out.stderr
+
+    _run([python, "-m", "pip", "install", "-q", f"{wheel}[grading]"], tmp_path, env, 900)
+    assert "--source" in _run([cli, "grade", "--help"], tmp_path, env, 120)
+
+
+@pytest.mark.install
+@pytest.mark.timeout(1500)
+def test_wheel_with_course_extra_runs_a_chapter_and_a_lab_outside_the_checkout(
+    wheel: Path, tmp_path: Path
+) -> None:
+    venv, work = tmp_path / "venv", tmp_path / "work"
+    work.mkdir()
+    env = _clean_env(venv)
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env, 300)
     python = str(venv / "bin" / "python")
     _run([python, "-m", "pip", "install", "-q", TORCH, "ipykernel", "nbclient"], tmp_path, env, 900)
