@@ -1,0 +1,236 @@
+"""``mlinfra-lab bench grading``: what grading a class costs, from release to LMS export.
+
+Contract: `run_bench(config)` releases ``labs/00_warmup.ipynb``, writes a class of
+``students`` submissions (a seeded mix: per exercise, the source's solution, one of the
+lab's own ``wrong-answer`` cells, or the released stub left unanswered), grades them in ONE
+``mlinfra-lab grade --jobs N --feedback --export canvas --summary`` run in a fresh process,
+checks every student's total against the mix (an exercise answered right scores its points,
+any other 0: the graders do not cascade), checks one feedback report per student and one
+Canvas row per student, and returns the record that `main` writes as
+``benchmarks/results/cpu-grading-YYYY-MM-DD.json`` (device, versions, date, the total
+seconds and the seconds per submission).
+
+Design decisions:
+- One ``grade`` process, as an instructor runs it, so imports, kernel starts, the judge,
+  the database and every output count; the clock runs around the whole command.
+- The answers are the lab's own: right ones from the source, wrong ones from the cells
+  ``validate`` proves each grader fails, so the class exercises failing graders too.
+- A total that does not match the mix stops the benchmark (exit 1): a timing of a grader
+  that scores wrongly is not worth keeping.
+- The grading secret is a fixed, non-default one (hidden tests as in a real class); the
+  sandbox is the default (``auto``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+
+from .errors import GradingError
+
+__all__ = ["BENCH_HELP", "BenchConfig", "BenchError", "add_bench_args", "main", "run_bench"]
+
+BENCH_HELP = "grade a generated class of 200 warm-up submissions: feedback, Canvas export"
+REPO = Path(__file__).resolve().parents[2]
+LAB = "00_warmup"
+SECRET = "bench-grading-secret"
+
+
+class BenchError(GradingError):
+    """The benchmark cannot run, or grading scored the class wrongly."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What `run_bench` grades."""
+
+    students: int = 200
+    jobs: int = 2  # notebooks graded side by side (--jobs)
+    seed: int = 0  # the mix of answers
+    p_right: float = 0.6  # per exercise: right, else wrong (p_wrong), else unanswered
+    p_wrong: float = 0.25
+    judge: bool = True
+    keep: str | None = None  # a folder to keep the class and its gradebook in
+
+
+def _class(folder: Path, config: BenchConfig) -> tuple[dict[str, float], dict[str, int]]:
+    """Write the submissions; (student -> expected total, count of each kind of answer)."""
+    import nbformat
+
+    from .release import release_node
+    from .submissions import load_source_labs
+
+    lab = load_source_labs(REPO / "labs" / f"{LAB}.ipynb")[LAB]
+    points = {g.exercise: 0.0 for g in lab.graders}
+    for g in lab.graders:
+        points[g.exercise] += g.points
+    solutions = {
+        c.id: c.source for c in lab.notebook.cells if c.get("id", "").endswith("-solution")
+    }
+    exercise_of = {c.id: c.metadata.get("exercise") for c in lab.notebook.cells if c.get("id") in solutions}  # fmt: skip
+    wrong: dict[str, list] = {}
+    for w in lab.wrong_answers:
+        wrong.setdefault(w.replaces, []).append(w.source)
+    released = release_node(lab.notebook, LAB)
+    rng = random.Random(config.seed)
+    expected: dict[str, float] = {}
+    counts = {"right": 0, "wrong": 0, "unanswered": 0}
+    for k in range(config.students):
+        nb = nbformat.from_dict(json.loads(json.dumps(released)))
+        total = 0.0
+        for cell in nb.cells:
+            if cell.get("id") not in solutions:
+                continue
+            draw = rng.random()
+            if draw < config.p_right:
+                cell.source, kind = solutions[cell.id], "right"
+                total += points[exercise_of[cell.id]]
+            elif draw < config.p_right + config.p_wrong and wrong.get(cell.id):
+                cell.source, kind = rng.choice(wrong[cell.id]), "wrong"
+            else:
+                kind = "unanswered"
+            counts[kind] += 1
+        name = f"student{k:03d}"
+        (folder / name).mkdir(parents=True)
+        nbformat.write(nb, str(folder / name / f"{LAB}.ipynb"))
+        expected[name] = total
+    return expected, counts
+
+
+def _check(gb: Path, expected: dict[str, float]) -> dict[str, int]:
+    totals: dict[str, float] = {}
+    with open(gb / "gradebook.csv", newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            totals[row["student"]] = totals.get(row["student"], 0.0) + float(row["points"] or 0)
+    wrong = {s: (totals.get(s), want) for s, want in expected.items() if abs(totals.get(s, -1) - want) > 1e-9}  # fmt: skip
+    if wrong:
+        sample = ", ".join(f"{s}: {got} (expected {want})" for s, (got, want) in list(wrong.items())[:5])  # fmt: skip
+        raise BenchError(f"{len(wrong)} students scored other than their answers earn: {sample}")
+    reports = sorted((gb / "feedback").glob(f"*/{LAB}.html"))
+    with open(gb / "export-canvas.csv", newline="", encoding="utf-8") as fh:
+        canvas = list(csv.reader(fh))
+    if len(reports) != len(expected) or len(canvas) != len(expected) + 2:
+        raise BenchError(
+            f"{len(reports)} feedback reports and {len(canvas) - 2} Canvas rows for "
+            f"{len(expected)} students"
+        )
+    return {"feedback_reports": len(reports), "canvas_rows": len(canvas) - 2}
+
+
+def run_bench(config: BenchConfig) -> dict:
+    """Generate, grade and check the class (see the module docstring); the record."""
+    if not (REPO / "labs" / f"{LAB}.ipynb").is_file():
+        raise BenchError(f"{REPO / 'labs'}: no {LAB}.ipynb; run the benchmark from a checkout")
+    if config.keep:
+        Path(config.keep).mkdir(parents=True, exist_ok=True)
+        where = contextlib.nullcontext(tempfile.mkdtemp(prefix="bench-grading-", dir=config.keep))
+    else:
+        where = tempfile.TemporaryDirectory(prefix="mlinfra-bench-grading-")
+    with where as tmp:
+        root = Path(tmp)
+        expected, counts = _class(root / "submissions", config)
+        argv = [
+            sys.executable, "-m", "mlinfra_lab.cli", "grade", str(root / "submissions"),
+            "--source", str(REPO / "labs" / f"{LAB}.ipynb"), "--out", str(root / "gradebook"),
+            "--jobs", str(config.jobs), "--feedback", "--export", "canvas", "--summary",
+            *([] if config.judge else ["--no-judge"]),
+        ]  # fmt: skip
+        env = {**os.environ, "MLINFRA_GRADE_SECRET": SECRET}
+        start = time.perf_counter()
+        done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, check=False)  # fmt: skip
+        seconds = time.perf_counter() - start
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        if done.returncode != 0:
+            raise BenchError(f"grade exited {done.returncode}: {done.stderr[-1500:]}")
+        outputs = _check(root / "gradebook", expected)
+        sandbox = json.loads((root / "gradebook" / "gradebook.json").read_text())["config"]
+    return {
+        "benchmark": "grading-class",
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": {
+            "device": "cpu",
+            "device_name": platform.machine(),
+            "processor": platform.processor(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            **{
+                p: version(p)
+                for p in ("ipykernel", "jupyter_client", "nbformat", "numpy", "matplotlib")
+            },  # fmt: skip
+        },
+        "config": asdict(config)
+        | {"lab": f"labs/{LAB}.ipynb", "sandbox": sandbox.get("sandbox_used")},  # fmt: skip
+        "results": {
+            "seconds_total": seconds,
+            "seconds_per_submission": seconds / config.students,
+            "submissions_graded": len(expected),
+            "answers": counts,
+            "mean_points": sum(expected.values()) / len(expected),
+            **outputs,
+            "load_average_1min_after": load,
+        },
+        "command": "mlinfra-lab grade SUBMISSIONS --source labs/00_warmup.ipynb --out GRADEBOOK "
+        + " ".join(argv[9:]),
+    }
+
+
+def add_bench_args(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``bench grading``."""
+    parser.add_argument("--students", type=int, default=200, help="class size (default 200)")
+    parser.add_argument("--jobs", type=int, default=2, help="grade --jobs (default 2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the answer mix (default 0)")
+    parser.add_argument("--no-judge", dest="judge", action="store_false", help="grade without the judge")  # fmt: skip
+    parser.add_argument("--keep", metavar="DIR", help="keep the class and gradebook under DIR")
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        default=None,
+        help="result JSON file (default: benchmarks/results/cpu-grading-YYYY-MM-DD.json)",
+    )
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    """Run the benchmark from parsed flags; write the record; 0, or 1 on a wrong score."""
+    from mlinfra_lab.results import default_out
+
+    if args.students < 1 or args.jobs < 1:
+        raise BenchError("--students and --jobs must be at least 1")
+    config = BenchConfig(students=args.students, jobs=args.jobs, seed=args.seed, judge=args.judge, keep=args.keep)  # fmt: skip
+    record = run_bench(config)
+    out = Path(args.out) if args.out else default_out("cpu", "grading", record["date"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    r = record["results"]
+    print(
+        f"graded {r['submissions_graded']} submissions in {r['seconds_total']:.1f} s "
+        f"({r['seconds_per_submission']:.2f} s each, --jobs {config.jobs}); wrote {out}"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m mlinfra_lab.grading.bench``: the same as ``mlinfra-lab bench grading``."""
+    parser = argparse.ArgumentParser(prog="mlinfra-lab bench grading", description=BENCH_HELP)
+    add_bench_args(parser)
+    try:
+        return bench_command(parser.parse_args(argv))
+    except BenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
