@@ -15,6 +15,7 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,26 @@ def test_a_non_https_url_is_refused_with_the_fix(tmp_path: Path) -> None:
     config.write_text("repository:\n  url: git@github.com:me/mlinfra\n")
     with pytest.raises(gen.SetupCellError, match="https URL"):
         gen.render(config)
+
+
+def test_a_release_workflow_builds_the_wheel_the_cell_downloads_on_a_tag() -> None:
+    workflow = yaml.safe_load((ROOT / ".github/workflows/release.yml").read_text())
+    trigger = workflow[True]  # YAML 1.1 reads the key `on` as True
+    assert trigger["push"]["tags"] == ["v*"], "the release runs on a version tag"
+    steps = [s.get("run", "") for job in workflow["jobs"].values() for s in job["steps"]]
+    assert any(".ci/release" in run for run in steps), "the workflow builds with .ci/release"
+    upload = next(run for run in steps if "gh release upload" in run)
+    assert "_build/dist/*" in upload, "it attaches what .ci/release writes (_build/dist)"
+    assert workflow["permissions"]["contents"] == "write"
+
+
+def test_release_refuses_a_tag_that_is_not_the_version() -> None:
+    out = subprocess.run(
+        ["bash", str(ROOT / ".ci/release"), "v0.0.0-not-this"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert out.returncode == 1
+    assert f"does not name pyproject.toml's version {_version()}" in out.stderr, out.stderr
