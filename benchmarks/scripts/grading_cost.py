@@ -8,7 +8,10 @@ grading code of git revision REV (checked out in a temporary worktree, run with 
 environment): the grader as it was before a change. The modes alternate, `R` runs each
 (default 2). It prints the wall times and the ratios of the medians, and writes them, with
 the machine, versions and date, as JSON (default ``benchmarks/results/
-cpu-grading-<date>.json``). Every run must give every student full marks, else it stops.
+cpu-grading-judge-<date>.json``: since issue 30, ``cpu-grading-<date>.json`` is what
+``mlinfra-lab bench grading`` writes, the cost of a class of 200; the committed
+``cpu-grading-2026-12-04.json`` is this script's). Every run must give every student full
+marks, else it stops.
 
 Design decisions:
 - Side by side in one run, alternating, and quoted as ratios: the 2-core CI machine's speed
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     today = datetime.date.today().isoformat()
-    out = args.out or REPO / "benchmarks" / "results" / f"cpu-grading-{today}.json"
+    out = args.out or REPO / "benchmarks" / "results" / f"cpu-grading-judge-{today}.json"
     with tempfile.TemporaryDirectory() as tmp:
         modes = {"no_judge": (REPO, ("--no-judge",)), "judge": (REPO, ())}
         if args.anchor:
