@@ -31,7 +31,7 @@ export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup book test test-gpu test-stages unit notebooks validate browser lint lab lock check-lock \
-        release-labs check-student-labs clean print-torch-cpu-index \
+        release-labs check-student-labs clean print-torch-cpu-index check-system \
         bench-attention bench-scaling bench-ci bench-tracking bench-staleness
 
 setup: $(STAMP)
@@ -112,10 +112,21 @@ endif
 # `make test` runs the stages under .ci/with-postgres.sh: it starts a throwaway PostgreSQL
 # server (unless MLINFRA_PG_URL is set) so the tracking suite runs on both backends, stops it
 # even when a stage fails, and ends with a summary that says what was skipped and why.
-# The grading tests attack the grader from inside its sandbox: they need bubblewrap.
-test: setup
-	@command -v bwrap >/dev/null || { echo "make test: bubblewrap (bwrap) is missing; the grading tests need it: apt-get install bubblewrap" >&2; exit 1; }
+test: check-system setup
 	@bash .ci/with-postgres.sh $(MAKE) --no-print-directory test-stages
+
+# The system packages `make test` needs, checked before anything is installed: one line per
+# missing one, naming what it is for and the Debian/Ubuntu package. bubblewrap is required
+# (the grading tests attack the grader from inside its sandbox; it is Linux-only, so `make
+# test` runs on Linux, `make book` anywhere); without Chromium the browser stage tries
+# Playwright's own download; without PostgreSQL the tracking suite runs on SQLite only.
+PG_BINS := $(wildcard /usr/lib/postgresql/*/bin/initdb)
+check-system:
+	@command -v bwrap >/dev/null || { echo "make test: bubblewrap (bwrap) is missing: the grading tests run submissions in its sandbox; apt-get install bubblewrap (Linux only)" >&2; exit 1; }
+	@[ -n "$$MLINFRA_CHROMIUM" ] || [ -x /usr/bin/chromium ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+	  || echo "make test: note: no Chromium: the browser stage will try Playwright's download, else fail; apt-get install chromium" >&2
+	@[ -n "$$MLINFRA_PG_URL" ] || [ -n "$(PG_BINS)" ] || command -v initdb >/dev/null \
+	  || echo "make test: note: no PostgreSQL server programs (initdb): the tracking suite runs on SQLite only; apt-get install postgresql" >&2
 
 test-stages: lint check-lock unit notebooks validate book browser
 

@@ -11,6 +11,8 @@ Design decisions:
   *before* `triton` is imported. `ensure_triton_mode()` does that once, respects a value
   the user set themselves, and raises `TritonAlreadyImportedError` when it is too late to
   switch, instead of letting a kernel launch fail later with an obscure CUDA error.
+- Triton has wheels for Linux only (the course's lock installs it there): on macOS the
+  kernels of chapter 1 and lab 1 cannot run, not even interpreted, and `describe()` says so.
 - Nothing happens at import time: `torch` is imported inside the functions that need it,
   so `mlinfra-lab --help` and the grading tools start quickly.
 """
@@ -39,6 +41,12 @@ __all__ = [
 ]
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
+# What `describe()` says where the triton package is missing (it has wheels for Linux only):
+# which parts of the course need it, so a macOS reader knows before a cell fails.
+NO_TRITON = (
+    "no triton (wheels for Linux only: the Triton kernels of chapter 1 and lab 1 need Linux "
+    "or Colab; the other chapters and labs do not use Triton)"
+)
 
 # Problem-size presets per topic. Each chapter owns its entry: the CPU column keeps the
 # notebook under a few minutes on 2 cores (the Triton interpreter runs kernels in numpy),
@@ -109,7 +117,7 @@ class RuntimeInfo:
 
     def __str__(self) -> str:
         cap = f", sm_{self.capability.replace('.', '')}" if self.capability else ""
-        tri = f"triton {self.triton}" if self.triton else "no triton"
+        tri = f"triton {self.triton}" if self.triton else NO_TRITON
         mode = " (interpreter)" if self.triton_interpreter else ""
         return (
             f"{self.device}: {self.device_name}{cap} | torch {self.torch} | {tri}{mode} | "

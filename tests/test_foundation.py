@@ -7,6 +7,7 @@ the Triton interpreter switch, and a command line whose every command answers `-
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -33,6 +34,11 @@ def test_describe_reports_device_and_versions() -> None:
     assert (info.capability is None) == (info.device == "cpu")
     text = str(info)
     assert info.torch in text and info.device in text
+
+
+def test_describe_without_triton_says_which_parts_need_linux() -> None:
+    info = dataclasses.replace(runtime.describe(), triton=None)
+    assert "chapter 1 and lab 1" in str(info) and "Linux" in str(info)
 
 
 def test_sizes_returns_a_copy_per_device_and_rejects_unknown_topics() -> None:
@@ -150,10 +156,39 @@ def test_notebook_is_committed_clean_with_setup_cell_first(path: Path) -> None:
     assert len(titles) == 1, f"{path.name}: exactly one '# ' title per notebook"
 
 
+def test_no_launch_button_points_at_a_placeholder_hub() -> None:
+    """A JupyterHub or Binder button appears only where a real one is configured."""
+    launch = yaml.safe_load((ROOT / "_config.yml").read_text())["launch_buttons"]
+    for key in ("jupyterhub_url", "binderhub_url"):
+        url = launch.get(key) or ""
+        assert not url or (url.startswith("https://") and ".example." not in url), (
+            f"_config.yml: launch_buttons.{key} is {url!r}: leave it empty (no button) or name "
+            f"your institution's hub"
+        )
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "make test" in ci and "make test" in readme and "make book" in readme
+    # and then proves a student's set-up: a fresh venv, pip without this machine's config
+    assert "bash .ci/fresh-venv.sh" in ci
+    fresh = (ROOT / ".ci" / "fresh-venv.sh").read_text()
+    assert "PIP_CONFIG_FILE=/dev/null" in fresh and "PIP_INDEX_URL=https://pypi.org/simple" in fresh
+    assert "make --no-print-directory setup" in fresh and "book/05_staleness.ipynb" in fresh
+
+
+def test_readme_first_screen_names_the_system_packages_make_test_checks() -> None:
+    """Every program `make check-system` looks for is named, with its package, near the top."""
+    readme = (ROOT / "README.md").read_text()
+    first_screen = readme[: readme.index("## ", readme.index("make test"))]
+    for package in ("bubblewrap", "chromium", "postgresql"):
+        assert package in first_screen, f"README's first screen does not name {package}"
+    makefile = (ROOT / "Makefile").read_text()
+    check = makefile[makefile.index("check-system:") :]
+    for program in ("bwrap", "chromium", "initdb"):
+        assert program in check, f"make check-system does not look for {program}"
+    assert len(readme.encode()) < 8000, "README is for a newcomer: keep it short"
 
 
 def test_the_gpu_notebook_record_is_complete_and_shown_in_the_readme() -> None:
