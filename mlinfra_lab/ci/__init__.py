@@ -11,7 +11,9 @@ The four CI tiers and the module that serves each:
   (``checkpoint_roundtrip``)
 - artifact validation: ``artifacts`` (``validate_artifacts``)
 
-and, when a check turns out flaky, ``flaky`` (``detect_flaky``, ``find_unseeded_source``).
+and, when a check turns out flaky, ``flaky`` (``detect_flaky``, ``find_unseeded_source``);
+what ``deterministic()`` costs, under two timing protocols: ``determinism_cost``
+(``measure_determinism_cost``).
 Importing this package imports numpy/torch only when a function needs them.
 """
 
@@ -22,6 +24,7 @@ from mlinfra_lab.ci.artifacts import (
     validate_artifacts,
 )
 from mlinfra_lab.ci.checkpoint import CheckpointMismatch, CheckpointReport, checkpoint_roundtrip
+from mlinfra_lab.ci.determinism_cost import measure_determinism_cost
 from mlinfra_lab.ci.flaky import (
     BisectReport,
     FlakyReport,
@@ -73,6 +76,7 @@ __all__ = [
     "deterministic",
     "reseed",
     "seed_everything",
+    "measure_determinism_cost",
     # the tiny training run
     "PIN_SEED",
     "TRAIN_SOURCES",

@@ -1,9 +1,11 @@
 """What each CI tier costs: time the checks of chapter 3 on this machine and save them as JSON.
 
-Contract: ``run_bench(config)`` times the tiny training run in-process (with and without
-``deterministic()``), one fresh-process run (what ``detect_flaky`` pays per run), the lock
-check and the artifact validation, and returns a JSON-ready dict with the device, versions,
-date and the config; ``mlinfra-lab bench ci`` writes it to ``benchmarks/results/``.
+Contract: ``run_bench(config)`` times the tiny training run in-process with and without
+``deterministic()`` (`determinism_cost`: interleaved at one and at all threads, and in the
+sequential blocks of the first benchmark, so the two protocols meet on one machine), one
+fresh-process run (what ``detect_flaky`` pays per run), the lock check and the artifact
+validation, and returns a JSON-ready dict with the device, versions, date and the config;
+``mlinfra-lab bench ci`` writes it to ``benchmarks/results/``.
 
 Design decisions:
 - Medians of a few repeats after one warm-up run, reported in milliseconds: the first
@@ -38,6 +40,9 @@ class BenchConfig:
     repeats: int = 5  # timed repeats per in-process measurement (median reported)
     fresh_runs: int = 2  # fresh processes for the per-process cost (sequential)
     steps: int = 20  # train_tiny steps
+    determinism_rounds: int = 15  # interleaved rounds of the determinism measurement
+    sequential_trials: int = 5  # repeats of the first benchmark's sequential protocol
+    threads: tuple[int, ...] = ()  # intra-op thread counts to compare; () = 1 and all cores
     lock: str = "requirements.lock"  # lock file for the tier-2 timing (skipped if absent)
 
 
@@ -54,17 +59,18 @@ def _median_ms(func: Callable[[], Any], repeats: int) -> float:
 def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Time the CI tiers; return ``{"benchmark", "date", "device", "config", "results"}``."""
     from mlinfra_lab.ci.artifacts import validate_artifacts
+    from mlinfra_lab.ci.determinism_cost import measure_determinism_cost
     from mlinfra_lab.ci.lockfile import check_lockfile
-    from mlinfra_lab.ci.train import TrainConfig, train_tiny
+    from mlinfra_lab.ci.train import train_tiny
     from mlinfra_lab.runtime import describe
 
     note = progress or (lambda _: None)
     results: dict[str, Any] = {}
-    note("train_tiny in-process")
-    for det in (True, False):
-        cfg = TrainConfig(steps=config.steps, deterministic=det)
-        key = "train_tiny_ms_deterministic" if det else "train_tiny_ms_default"
-        results[key] = _median_ms(functools.partial(train_tiny, config=cfg), config.repeats)
+    note("train_tiny in-process, with and without deterministic()")
+    threads = config.threads or tuple(sorted({1, os.cpu_count() or 1}))
+    results["determinism"] = measure_determinism_cost(
+        config.steps, config.determinism_rounds, threads, config.repeats, config.sequential_trials
+    )
 
     note("fresh processes")
     code = f"from mlinfra_lab.ci import train_tiny; train_tiny(steps={config.steps})"

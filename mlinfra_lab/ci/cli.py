@@ -140,7 +140,12 @@ def _bench(args: argparse.Namespace) -> int:
     from mlinfra_lab.ci.bench import BenchConfig, run_bench
     from mlinfra_lab.results import default_out, device_label
 
-    config = BenchConfig(repeats=args.repeats, fresh_runs=args.fresh_runs, lock=str(args.lock))
+    config = BenchConfig(
+        repeats=args.repeats,
+        fresh_runs=args.fresh_runs,
+        lock=str(args.lock),
+        determinism_rounds=args.rounds,
+    )
     seen: list[str] = []
     with tqdm(total=3, desc="bench ci", unit="tier") as bar:
 
@@ -158,7 +163,17 @@ def _bench(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     for key, value in result["results"].items():
-        print(f"{key:32s} {value:10.2f}")
+        if key != "determinism":
+            print(f"{key:32s} {value:10.2f}")
+    det = result["results"]["determinism"]
+    for threads, row in det["interleaved"].items():
+        print(
+            f"deterministic/default, interleaved, {threads}: {row['ratio_deterministic']:.2f} "
+            f"(default median {row['default']['median_ms']:.1f} ms)"
+        )
+    for threads, row in det["sequential"].items():
+        ratios = ", ".join(f"{r:.2f}" for r in row["ratios"])
+        print(f"deterministic/default, sequential blocks, {threads}: {ratios}")
     print(f"written to {out}")
     return 0
 
@@ -184,6 +199,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--repeats", type=int, default=5, help="timed repeats, median (default 5)")
     b.add_argument("--fresh-runs", type=int, default=2, help="fresh processes timed (default 2)")
     b.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="lock file")
+    b.add_argument(
+        "--rounds",
+        type=int,
+        default=15,
+        help="interleaved rounds of the determinism measurement (default 15)",
+    )
     b.add_argument(
         "--out",
         type=Path,
