@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 CHAPTERS = sorted(BOOK.glob("0*.ipynb"))
 LAB_PAGES = sorted((BOOK / "labs").glob("0*.ipynb"))
+# chapter 1's case-study appendix: a page of the book, not a chapter (no objectives or lab)
+CH1_APPENDIX = BOOK / "appendix_attention_case_study.ipynb"
 MARKS = {
     "01": pytest.mark.attention,
     "02": pytest.mark.scaling,
@@ -167,9 +169,12 @@ def test_chapter_uses_glossary_terms_that_exist(path: Path) -> None:
     assert len(set(used)) >= 3, f"{path.name}: use at least three glossary terms, found {set(used)}"
 
 
-@pytest.mark.parametrize("path", _chapter_params())
+@pytest.mark.parametrize(
+    "path", [*_chapter_params(), pytest.param(CH1_APPENDIX, marks=MARKS["01"], id="ch1-appendix")]
+)
 def test_no_measured_figure_is_typed_into_the_prose(path: Path) -> None:
-    allowed = [re.escape(phrase) for prefix, phrase, _ in ALLOWED if prefix == path.name[:2]]
+    prefix_of = "01" if path == CH1_APPENDIX else path.name[:2]
+    allowed = [re.escape(phrase) for prefix, phrase, _ in ALLOWED if prefix == prefix_of]
     found = []
     for i, text in enumerate(_markdown_cells(path)):
         flat = re.sub(r"\s+", " ", text)
@@ -309,3 +314,47 @@ def test_ref_targets_and_the_progression_in_the_intro() -> None:
     assert "stretch" in progression
     lab1 = next(p for p in LAB_PAGES if p.name.startswith("01_"))
     assert any(c.startswith("## Exercise 3 (stretch)") for c in _markdown_cells(lab1))
+
+
+def _code_cells(path: Path) -> list[str]:
+    nb = json.loads(path.read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+@pytest.mark.attention
+def test_chapter1_teaches_the_default_kernel_and_keeps_the_study_in_its_appendix() -> None:
+    chapter = BOOK / "01_fused_attention.ipynb"
+    prose, code = "\n".join(_markdown_cells(chapter)), "\n".join(_code_cells(chapter))
+    assert "inspect.getsource" in code and "_fwd_kernel" in code and "_fwd_inner" in code, (
+        "chapter 1 must show the forward kernel's source (inspect.getsource of _fwd_kernel "
+        "and _fwd_inner) in its lesson"
+    )
+    assert "not profiled" not in prose + code, (
+        "chapter 1: a reading is stated once, in its appendix"
+    )
+    # the speed cells choose the default kernel's run by its metadata, never by a file name
+    assert "study.newest_default_run()" in code
+    assert not re.search(r"h200-(?:attention|fwd)-[\w-]*\.json", code), (
+        "chapter 1's code names a result file; select runs with mlinfra_lab.attention.study"
+    )
+    for name in ("version=2", "version=3", "version=4", 'backward="atomic"', "gluon_runs"):
+        assert name not in code, f"chapter 1 runs {name}: that study belongs in its appendix"
+    assert "](appendix_attention_case_study.ipynb)" in prose, "chapter 1 links its appendix"
+    assert "(ch1-on-a-t4)=" in prose and "sm_75" in prose, "chapter 1 needs its T4 note"
+
+
+@pytest.mark.attention
+def test_chapter1_appendix_is_in_the_toc_right_after_the_chapter() -> None:
+    toc = (ROOT / "_toc.yml").read_text()
+    after = toc.split("- file: book/01_fused_attention", 1)[1]
+    next_file = re.search(r"- file: (\S+)", after)
+    assert next_file and next_file.group(1) == "book/appendix_attention_case_study", (
+        "_toc.yml: list book/appendix_attention_case_study right after chapter 1"
+    )
+    first = _markdown_cells(CH1_APPENDIX)[0]
+    assert first.startswith("# Appendix"), "the case study's title must say it is an appendix"
+    prose = "\n".join(_markdown_cells(CH1_APPENDIX))
+    assert prose.count("not a profiler measurement") == 1, (
+        "the appendix states once that its explanations are readings"
+    )
+    assert "not profiled" not in prose

@@ -249,11 +249,12 @@ def _tiles() -> list[dict[str, Any]]:
 
 
 def committed_study(name: str = "h200-attention-2026-12-02-v2.json") -> dict[str, Any] | None:
-    """The committed study result, or None when the package runs without the repository."""
+    """The committed study result with its file name added (``file``), or None when the
+    package runs without the repository."""
     from mlinfra_lab.attention.bench import committed_results, load_result
 
     paths = committed_results(name)
-    return load_result(paths[0]) if paths else None
+    return {**load_result(paths[0]), "file": paths[0].name} if paths else None
 
 
 def version_rows(study: dict[str, Any], mode: str = "fwd") -> list[dict[str, Any]]:
