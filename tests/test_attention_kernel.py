@@ -145,7 +145,7 @@ def test_backward_switch(monkeypatch):
     from mlinfra_lab.attention.flash import DEFAULT_BACKWARD, resolve_backward
 
     monkeypatch.delenv("MLINFRA_ATTENTION_BACKWARD", raising=False)
-    assert resolve_backward() == DEFAULT_BACKWARD == "split"
+    assert resolve_backward() == DEFAULT_BACKWARD == "gluon"
     monkeypatch.setenv("MLINFRA_ATTENTION_BACKWARD", "atomic")
     assert resolve_backward() == "atomic" and resolve_backward("split") == "split"
     with pytest.raises(AttentionInputError, match="use one of split, atomic"):
@@ -301,6 +301,129 @@ def test_version_5_with_p_through_shared_memory_matches_float64(d, causal):
         torch.testing.assert_close(o.double(), ref, rtol=0, atol=2e-2, msg=cfg.name)
         lse_nat = lse.double().view_as(ref_lse) / 1.4426950408889634  # base 2 -> natural
         torch.testing.assert_close(lse_nat, ref_lse.double(), rtol=0, atol=2e-2, msg=cfg.name)
+
+
+# The Gluon backward (Hopper only, the default there): shapes its table gives it, odd batch x
+# heads, both head dims, causal and not, a length past its causal D=64 bucket (Triton runs).
+GLUON_BWD_GPU_CASES = [
+    (2, 3, 128, 128, 64, True, torch.bfloat16),
+    (1, 5, 384, 384, 128, False, torch.bfloat16),
+    (3, 1, 1024, 1024, 128, True, torch.float16),
+    (1, 3, 2048, 2048, 64, False, torch.bfloat16),
+    (1, 2, 4096, 4096, 128, True, torch.bfloat16),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b,h,n_q,n_k,d,causal,dtype", GLUON_BWD_GPU_CASES)
+def test_gluon_backward_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monkeypatch):
+    """The default backward on Hopper is the Gluon one: it must really run (its configuration
+    recorded, no fallback warning), write every gradient element, and match float64."""
+    from mlinfra_lab.attention import _gluon_bwd
+    from mlinfra_lab.attention.flash import KernelVersionWarning
+
+    if DEVICE == "cpu" or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon backward runs on Hopper only")
+    monkeypatch.delenv("MLINFRA_ATTENTION_BACKWARD", raising=False)
+    _poison_allocations(monkeypatch)
+    _gluon_bwd.LAST_CONFIG.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KernelVersionWarning)
+        _check_against_float64(
+            flash_attention, (b, h, n_q, n_k, d, causal, dtype), 7000, " (gluon)"
+        )
+    assert _gluon_bwd.LAST_CONFIG.get("bwd"), "the Gluon backward did not launch"
+
+
+def test_gluon_backward_elsewhere_runs_split_and_says_why_when_asked(monkeypatch):
+    """Asked for by name where it cannot run, the Gluon backward warns and the Triton split
+    kernels answer, with the same gradients as asking for "split"; as the default it falls
+    back without a word."""
+    from mlinfra_lab.attention.flash import KernelVersionWarning
+
+    monkeypatch.delenv("MLINFRA_ATTENTION_BACKWARD", raising=False)
+    g = torch.Generator().manual_seed(13)
+    q, k, v, do = (torch.randn(1, 2, 20, 80, generator=g).to(DEVICE) for _ in "qkvo")
+
+    def grads(**kw):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        flash_attention(*leaves, **kw).backward(do)
+        return [t.grad for t in leaves]
+
+    why = "needs a Hopper GPU" if DEVICE == "cpu" else "dtype torch.float32"
+    with pytest.warns(KernelVersionWarning, match=why):
+        asked = grads(backward="gluon")
+    split = grads(backward="split")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        default = grads()
+    for a, s_, d_ in zip(asked, split, default, strict=True):
+        torch.testing.assert_close(a, s_, rtol=0, atol=0)
+        torch.testing.assert_close(d_, s_, rtol=0, atol=0)
+
+
+def test_gluon_backward_shape_rules_and_table():
+    """The rules that keep a launch from hanging or reading out of bounds, one by one, and
+    every configuration the table or the fallback can launch passes them."""
+    from mlinfra_lab.attention._gluon_bwd import (
+        BWD_TABLE,
+        FALLBACK_CONFIG,
+        GluonBwdConfig,
+        pick_config,
+        shape_problem,
+    )
+
+    cfg = GluonBwdConfig((64, 64, 4, 2), (64, 64, 4, 2))
+    ok = ((2, 4, 1024, 64), 1024, torch.bfloat16, True, cfg)
+    assert shape_problem(*ok) is None
+    bad = {
+        "float32": dict(dtype=torch.float32),
+        "head dim 80": dict(shape=(2, 4, 1024, 80)),
+        "lengths differ": dict(n_k=512),
+        "not a multiple": dict(shape=(2, 4, 1000, 64), n_k=1000),
+        "grid": dict(shape=(70000, 1, 128, 64), n_k=128),
+        # a causal diagonal program that owns no whole tile of the other side would hang
+        "BLOCK_N % BLOCK_M": dict(config=GluonBwdConfig((128, 64, 8, 2), (64, 64, 4, 2))),
+        "BLOCK_M % BLOCK_N": dict(config=GluonBwdConfig((64, 64, 4, 2), (64, 128, 4, 2))),
+    }
+    names = ("shape", "n_k", "dtype", "causal", "config")
+    for why, change in bad.items():
+        args = dict(zip(names, ok, strict=True)) | change
+        assert why in (shape_problem(**args) or ""), why
+    for (d, causal), rows in BWD_TABLE.items():
+        bounds = [n for n, _ in rows]
+        assert bounds == sorted(bounds), f"({d}, {causal}): length buckets out of order"
+        for c in [c for _, c in rows if c] + [FALLBACK_CONFIG]:
+            assert shape_problem((1, 1, 4096, d), 4096, torch.bfloat16, causal, c) is None
+    assert pick_config(64, True, 16384) is None and pick_config(128, True, 16384) is not None
+    assert pick_config(96, False, 1024) is None
+
+
+def test_gluon_backward_compiles_for_hopper_with_its_schedule():
+    """Both Gluon backward kernels of the table's configuration build for sm_90 here, without
+    a GPU: tiles arrive by TMA, the matmuls are wgmma, and each kernel waits with a matmul
+    still in flight (``wgmma.wait_group 1``: dP^T under the softmax, dV under dP^T)."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    script = """
+import json, re
+from mlinfra_lab.attention._gluon_bwd import compile_for_hopper, pick_config
+seen = {}
+for kind, k in compile_for_hopper(128, True, pick_config(128, True, 4096)).items():
+    ptx = k.asm["ptx"]
+    waits = sorted(set(re.findall(r"wgmma.wait_group.sync.aligned\\s+(\\d+)", ptx)))
+    seen[kind] = [waits, "cp.async.bulk.tensor" in ptx, "wgmma.mma_async" in ptx]
+print(json.dumps(seen))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile, not interpret
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(seen) == {"dkdv", "dq"}
+    for kind, (waits, tma, wgmma) in seen.items():
+        assert tma and wgmma, f"{kind}: TMA copy {tma}, wgmma {wgmma}"
+        assert "1" in waits, f"{kind}: no wait with a matmul in flight ({waits})"
 
 
 def test_version_5_elsewhere_runs_v1_and_says_why_when_asked(monkeypatch):

@@ -89,9 +89,17 @@ tokens) of the first two, which ran before the launcher cached its per-call answ
 tokens the launch path costs about as much as the kernel
 (``benchmarks/results/h200-host-overhead-2026-12-04.json``).
 
-Backwards (``backward=`` or ``MLINFRA_ATTENTION_BACKWARD``): "split" (the default) recomputes
+Backwards (``backward=`` or ``MLINFRA_ATTENTION_BACKWARD``): "split" recomputes
 ``QK^T`` and ``dO V^T`` in both backward kernels, so FA2's 5 matmuls become 7, the price of
-needing no atomics. "atomic" is FA2's own: the dK/dV kernel also computes each key tile's
+needing no atomics. "gluon" (the default) is the same split with both kernels written in
+Gluon on version 5's schedule (`_gluon_bwd`: K, V resident, (Q, dO) tiles in a TMA ring,
+S^T and dP^T issued back to back, dV under dP^T); it runs where its measured table gives the
+shape and it can run (Hopper, bf16/fp16, head dim 64 or 128, equal lengths that are multiples
+of 64), the Triton "split" kernels everywhere else, silently unless "gluon" was asked for by
+name. Predicted (before its first run) 1.1-1.35x the Triton kernels at D=128, so 0.85-0.95x
+cuDNN; measured in one H100 run (``benchmarks/results/h100-gluon-bwd-2026-12-05.json``)
+1.01-1.33x the Triton split backward at D=128 and 1.04-1.21x at D=64 (causal D=64 at 16k
+tokens 0.97x: Triton kept there), 0.75-0.86x cuDNN at D=128 and N >= 4k (Triton: 0.74x). "atomic" is FA2's own: the dK/dV kernel also computes each key tile's
 share of dQ (``dS K``, the fifth matmul) and adds it with float32 atomics into a zeroed
 buffer, cast to the input dtype at the end; no dQ kernel. Predicted to gain up to ~15% at
 D=64 (fewer matmuls) and to risk a loss at D=128 (a third accumulator's registers); measured
@@ -142,8 +150,12 @@ KERNEL_VERSIONS = (1, 2, 3, 4, 5)  # the forward kernels (see the module doc)
 DEFAULT_VERSION = 5
 # "split": dK/dV and dQ in two kernels, 7 matmuls, no atomics; "atomic": FA2's 5 matmuls,
 # dQ added by every key tile into a float32 buffer with atomics
-BACKWARDS = ("split", "atomic")
-DEFAULT_BACKWARD = "split"
+# "gluon": the split backward's two kernels written in Gluon (Hopper, `_gluon_bwd`)
+BACKWARDS = ("split", "atomic", "gluon")
+# the backward used when neither the call nor the env picks one: the Gluon kernels on the
+# shapes their measured table gives them, the Triton split kernels everywhere else (no
+# warning: nothing was asked for)
+DEFAULT_BACKWARD = "gluon"
 # CUDA's limit on a grid's y dimension, where the launchers put batch x heads: a larger
 # product (a long batch of short sequences: 512 x 128 heads) is launched in batch chunks.
 MAX_GRID_ROWS = 65535
@@ -333,6 +345,38 @@ def _forward(
     return o, lse
 
 
+def _gluon_backward(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+    sm_scale: float,
+    asked: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """The Gluon backward where it can run: the table's configuration, or (asked for by name)
+    the fallback one where the table prefers the Triton kernels; None means run those
+    (warning when it was asked)."""
+    from mlinfra_lab.attention import _gluon_bwd as g
+
+    cfg = g.pick_config(q.shape[-1], causal, q.shape[-2])
+    if cfg is None and not asked:
+        return None  # the default, on a shape where the Triton kernels measured faster
+    cfg = cfg or g.FALLBACK_CONFIG
+    why_not = g.unusable(q, k, do, causal, cfg)
+    if why_not:
+        if asked:
+            warnings.warn(
+                f"flash_attention(backward='gluon') cannot run here ({why_not}): ran 'split'",
+                KernelVersionWarning,
+                stacklevel=5,
+            )
+        return None
+    return g.launch(do, q, k, v, o, lse, causal, sm_scale, cfg, empty_like=_empty_like)
+
+
 def _backward(
     do: torch.Tensor,
     q: torch.Tensor,
@@ -343,11 +387,19 @@ def _backward(
     causal: bool,
     sm_scale: float,
     backward: str = DEFAULT_BACKWARD,
+    asked: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV. ``asked``: the backward was named by the caller or the environment (a
+    fallback from "gluon" warns)."""
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     do = do.contiguous()
     assert do.shape == o.shape and do.dtype == o.dtype
+    if backward == "gluon":
+        done = _gluon_backward(do, q, k, v, o, lse, causal, sm_scale, asked)
+        if done is not None:
+            return done
+        backward = "split"
     kern = _kernels()
     delta = _empty_like(lse)
     dk, dv = _empty_like(k), _empty_like(v)
@@ -396,19 +448,23 @@ class _FlashAttention(torch.autograd.Function):
         version: int,
         backward: str,
         asked: bool,
+        backward_asked: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         o, lse = _forward(q, k, v, causal, sm_scale, version, asked)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal, ctx.sm_scale, ctx.backward = causal, sm_scale, backward
+        ctx.backward_asked = backward_asked
         ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
     def backward(ctx: Any, do: torch.Tensor, _dlse: torch.Tensor) -> tuple[Any, ...]:
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.backward)
-        return dq, dk, dv, None, None, None, None, None
+        dq, dk, dv = _backward(
+            do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.backward, ctx.backward_asked
+        )
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def _apply(
@@ -425,8 +481,17 @@ def _apply(
     _, _, _, _, d = check_kernel_inputs(q, k, v, causal, runtime.triton_interpreted())
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
     asked = version is not None or bool(os.environ.get("MLINFRA_ATTENTION_KERNEL"))
+    backward_asked = backward is not None or bool(os.environ.get("MLINFRA_ATTENTION_BACKWARD"))
     return _FlashAttention.apply(
-        q, k, v, bool(causal), scale, resolve_version(version), resolve_backward(backward), asked
+        q,
+        k,
+        v,
+        bool(causal),
+        scale,
+        resolve_version(version),
+        resolve_backward(backward),
+        asked,
+        backward_asked,
     )
 
 
@@ -461,8 +526,10 @@ def flash_attention(
     folded scale; 3: the same with host-built descriptors; 4: v1 with the next tile's QK^T
     started before this tile's softmax; 5: FA3's schedule in Gluon, Hopper only); None
     means `resolve_version()`'s default (v5 on the shapes its table gives it, else v1).
-    ``backward`` picks the backward ("split": two kernels, 7 matmuls; "atomic": FA2's 5
-    matmuls, dQ added with float32 atomics); None means `resolve_backward()`'s default.
+    ``backward`` picks the backward ("split": two Triton kernels, 7 matmuls; "atomic": FA2's
+    5 matmuls, dQ added with float32 atomics; "gluon": the split backward's kernels in Gluon,
+    Hopper only); None means `resolve_backward()`'s default (the Gluon kernels on the shapes
+    their table gives them, else "split").
     The log-sum-exp stays in base 2 (no conversion kernel: the Nsight Compute run of the
     chapter found one extra launch per forward when this called `flash_attention_lse`)."""
     return _apply(q, k, v, causal, sm_scale, version, backward)[0]

@@ -220,10 +220,14 @@ def _chosen_tiles(provider: str = "ours") -> dict[str, str]:
         pick[fwd], version = f"gluon {LAST_CONFIG.pop('fwd')}", 5
     elif version == 5:
         version = 1
+    from mlinfra_lab.attention._gluon_bwd import LAST_CONFIG as LAST_BWD
+
     atomic = provider == "ours_atomic" or (provider == "ours" and resolve_backward() == "atomic")
-    bwd = (
-        f"dkdv+dq atomic: {pick['dkdv_dq']}"
-        if atomic
-        else f"dkdv: {pick['dkdv']}; dq: {pick['dq']}"
-    )
+    gluon_bwd = LAST_BWD.pop("bwd", None)  # set when the Gluon backward ran
+    if atomic:
+        bwd = f"dkdv+dq atomic: {pick['dkdv_dq']}"
+    elif gluon_bwd:
+        bwd = f"gluon {gluon_bwd}"
+    else:
+        bwd = f"dkdv: {pick['dkdv']}; dq: {pick['dq']}"
     return {"fwd": f"v{version} {pick[fwd]}", "bwd": bwd}
