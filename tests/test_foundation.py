@@ -213,3 +213,25 @@ def test_the_gpu_notebook_record_is_complete_and_shown_in_the_readme() -> None:
             f"{e['slowest_cell_seconds']:.0f} |"
         )
         assert row in readme, f"README's GPU table is not the record's: {row}"
+
+
+def test_the_grading_commands_check_their_extra_from_the_installed_metadata() -> None:
+    """`mlinfra-lab grade` without `[grading]` says what to install (tests/test_colab_install.py
+    runs it in a venv without the extra); here the extra is installed, so nothing is missing."""
+    import importlib.metadata
+
+    import tomllib
+
+    from mlinfra_lab import cli
+
+    assert {cli.COMMANDS[c][0] for c in ("release", "grade", "validate")} == set(cli.EXTRAS)
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["grading"]
+    installed = [r for r in importlib.metadata.requires("mlinfra-lab") if 'extra == "grading"' in r]
+    assert len(installed) == len(extra), "reinstall the package (pip install -e .): stale metadata"
+    assert cli.missing_extra("grading") == []
+    err = cli.MissingExtraError("grading", ["nbval", "ipykernel"])
+    assert str(err).endswith(
+        '(missing: ipykernel, nbval); install it with: pip install "mlinfra-lab[grading]"'
+    )
