@@ -1,27 +1,27 @@
-"""Version 5's committed H200 runs, read by chapter 1 (`attention.gluon_runs`): the tables
+"""Version 5's committed H200 runs, read by chapter 1 (`attention.case_study`): the tables
 and ranges are recomputed here from the raw rows, so a helper that misreads a file fails."""
 
 from __future__ import annotations
 
 import pytest
 
-from mlinfra_lab.attention import gluon_runs
+from mlinfra_lab.attention import case_study
 
 pytestmark = pytest.mark.attention
 
 
 def test_configuration_runs_were_checked_and_name_their_best():
-    runs = gluon_runs.committed_config_runs()
+    runs = case_study.committed_config_runs()
     assert len(runs) >= 2, "the configuration search ran at least twice"
     for run in runs:
         assert run["device"] == "NVIDIA H200" and run["triton"] and run["date"]
         assert run["checks"] and all(c["ok"] for c in run["checks"]), run["file"]
-        table = gluon_runs.config_table(run)
+        table = case_study.config_table(run)
         assert len(table) == 20
         for r in table:
             assert r["best_tflops"] == max(r["configs"].values())
             assert r["configs"][r["best"]] == r["best_tflops"]
-    gains = gluon_runs.schedule_gain(runs)
+    gains = case_study.schedule_gain(runs)
     raw = [
         row["tflops"]["overlap-m128n64w4s2"] / row["tflops"]["plain-m128n64w4s2"]
         for run in runs
@@ -32,11 +32,11 @@ def test_configuration_runs_were_checked_and_name_their_best():
 
 
 def test_default_sweeps_say_which_kernel_ran_and_their_ranges_hold():
-    runs = gluon_runs.committed_default_runs()
+    runs = case_study.committed_default_runs()
     assert len(runs) >= 2, "the default kernel was swept at least twice"
     rows = []
     for run in runs:
-        table = gluon_runs.default_table(run)
+        table = case_study.default_table(run)
         assert len(table) == 20
         raw = {
             (r["head_dim"], r["causal"], r["seq"], r["provider"]): r["tflops"]
@@ -48,7 +48,7 @@ def test_default_sweeps_say_which_kernel_ran_and_their_ranges_hold():
             assert r["over_v1"] == pytest.approx(raw[(*key, "ours")] / raw[(*key, "ours_v1")])
             assert r["ran"].startswith(("v5 gluon", "v1 "))
         rows += table
-    ranges = gluon_runs.default_ranges(runs)
+    ranges = case_study.default_ranges(runs)
     below = [r for r in rows if r["over_sdpa_flash"] < 1.25]
     assert ranges["below_bar"] == len(below) and ranges["runs"] == len(runs)
     assert sum(ranges["below_bar_per_run"]) == len(below)
@@ -57,6 +57,6 @@ def test_default_sweeps_say_which_kernel_ran_and_their_ranges_hold():
     assert (ranges["v1_lo"], ranges["v1_hi"]) == (min(v5), max(v5))
     long128 = [r["over_sdpa_cudnn"] for r in rows if r["head_dim"] == 128 and r["seq"] >= 4096]
     assert ranges["cudnn128_lo"] == min(long128)
-    assert gluon_runs.plot_default_ratios(runs) is not None
+    assert case_study.plot_default_ratios(runs) is not None
     with pytest.raises(ValueError, match="no default-kernel sweep"):
-        gluon_runs.default_ranges([])
+        case_study.default_ranges([])

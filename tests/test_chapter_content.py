@@ -337,7 +337,7 @@ def test_chapter1_teaches_the_default_kernel_and_keeps_the_study_in_its_appendix
     assert not re.search(r"h200-(?:attention|fwd)-[\w-]*\.json", code), (
         "chapter 1's code names a result file; select runs with mlinfra_lab.attention.study"
     )
-    for name in ("version=2", "version=3", "version=4", 'backward="atomic"', "gluon_runs"):
+    for name in ("version=2", "version=3", "version=4", 'backward="atomic"', "case_study"):
         assert name not in code, f"chapter 1 runs {name}: that study belongs in its appendix"
     assert "](appendix_attention_case_study.ipynb)" in prose, "chapter 1 links its appendix"
     assert "(ch1-on-a-t4)=" in prose and "sm_75" in prose, "chapter 1 needs its T4 note"

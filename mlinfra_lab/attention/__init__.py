@@ -13,21 +13,27 @@ The syllabus, in reading order:
   that ran, its time, or why it could not run here;
 - `mlinfra_lab.attention.bench`: timing against PyTorch's SDPA backends (imported on use).
 
+The package exports what the chapters, the labs and their tests call, nothing more. The
+readers of committed results that only chapter 1's pages use are modules of their own, not
+exported: `study` (the default kernel's runs, the roofline), `case_study` (the appendix's
+kernel versions and techniques), `gpu_study` (the H200 memory and tile study) and
+`machine_code` (SASS read back on a CPU); the benchmark is `bench`, the Nsight Compute
+harness `counters`, the tile table `tile_table` (written by `tile_sweep`).
+
 Importing this package imports torch but not triton: the kernel module switches on the
 CPU interpreter (when there is no GPU) before its first triton import.
 """
 
 from mlinfra_lab.attention._checks import AttentionInputError
 from mlinfra_lab.attention.banks import bank_conflict_degree, bank_word_counts, tile_addresses
-from mlinfra_lab.attention.flash import KernelVersionWarning, flash_attention, flash_attention_lse
+from mlinfra_lab.attention.flash import flash_attention, flash_attention_lse
 from mlinfra_lab.attention.reference import (
-    OnlineSoftmaxState,
     naive_attention,
     online_softmax,
     online_softmax_trace,
     tiled_attention,
 )
-from mlinfra_lab.attention.sdpa_backends import BACKENDS, BackendTiming, sdpa_backends
+from mlinfra_lab.attention.sdpa_backends import BACKENDS, sdpa_backends
 from mlinfra_lab.attention.tiles import (
     TileConfigError,
     TileTiming,
@@ -40,9 +46,6 @@ from mlinfra_lab.attention.traffic import attention_flops, hbm_traffic, hbm_traf
 __all__ = [
     "BACKENDS",
     "AttentionInputError",
-    "BackendTiming",
-    "KernelVersionWarning",
-    "OnlineSoftmaxState",
     "TileConfigError",
     "TileTiming",
     "TileTimingNeedsGPUError",

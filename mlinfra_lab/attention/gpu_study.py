@@ -260,7 +260,7 @@ def committed_study(name: str = "h200-attention-2026-12-02-v2.json") -> dict[str
 def version_rows(study: dict[str, Any], mode: str = "fwd") -> list[dict[str, Any]]:
     """Per shape: TFLOP/s of v1, v2, SDPA flash and cuDNN, and v2 / v1 (same run):
     `versions.version_table` of the study."""
-    from mlinfra_lab.attention.versions import version_table
+    from mlinfra_lab.attention.case_study import version_table
 
     return version_table(study, mode)
 

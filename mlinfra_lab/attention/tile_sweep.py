@@ -119,10 +119,10 @@ def sweep(
 ) -> dict[str, Any]:
     """Time every candidate tile on every shape; returns the table (see the module doc).
     With `out`, the table so far is written after each shape (a cut-short sweep keeps them)."""
+    runtime.ensure_triton_mode()  # before triton's first import: the interpreter on a CPU
     import triton
     from tqdm.auto import tqdm
 
-    runtime.ensure_triton_mode()
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     info = runtime.describe().as_dict()
     info["triton"] = triton.__version__
