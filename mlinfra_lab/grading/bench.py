@@ -112,12 +112,17 @@ def _class(folder: Path, config: BenchConfig) -> tuple[dict[str, float], dict[st
 
 def _check(gb: Path, expected: dict[str, float]) -> dict[str, int]:
     totals: dict[str, float] = {}
+    why: dict[str, list[str]] = {}
     with open(gb / "gradebook.csv", newline="", encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
             totals[row["student"]] = totals.get(row["student"], 0.0) + float(row["points"] or 0)
+            why.setdefault(row["student"], []).append(f"{row['exercise']}: {row['message']}")
     wrong = {s: (totals.get(s), want) for s, want in expected.items() if abs(totals.get(s, -1) - want) > 1e-9}  # fmt: skip
     if wrong:
-        sample = ", ".join(f"{s}: {got} (expected {want})" for s, (got, want) in list(wrong.items())[:5])  # fmt: skip
+        sample = "; ".join(
+            f"{s}: {got} (expected {want}: {' / '.join(why.get(s, ['not in the gradebook']))})"
+            for s, (got, want) in list(wrong.items())[:3]
+        )
         raise BenchError(f"{len(wrong)} students scored other than their answers earn: {sample}")
     reports = sorted((gb / "feedback").glob(f"*/{LAB}.html"))
     with open(gb / "export-canvas.csv", newline="", encoding="utf-8") as fh:

@@ -1,6 +1,8 @@
 """Command-line entry points of `mlinfra_lab.grading`: ``release``, ``grade``, ``validate``.
 
-Contract: `register(commands, bench)` adds the three instructor commands to ``mlinfra-lab``;
+Contract: `register(commands, bench)` adds the three instructor commands to ``mlinfra-lab``
+(and ``bench grading``, see `bench`; the flags of regrades, late policy, feedback and
+exports, and their handlers, are `cli_book`'s);
 each handler returns 0 on success, 1 when it finished but found problems (an input that could
 not be graded, a grader that cannot fail, an edited gradebook for ``grade --verify``), raises
 `CommandError` for a usage error and lets a `GradingError` reach `mlinfra_lab.cli.main`, which
