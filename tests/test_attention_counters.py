@@ -83,6 +83,7 @@ def test_kernel_summary_condenses_time_bytes_pipes_and_stalls():
         "launch__registers_per_thread": 168.0,
         "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active": 71.5,
         "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": 0.0,
+        "sm__pipe_tensor_op_gmma_cycles_active.max.pct_of_peak_sustained_active": 80.0,
         "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": 0.4,
         "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": 2.5,
         "smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio": 0.0,

@@ -210,7 +210,7 @@ _SUMMARY = {
 
 def kernel_summary(row: dict[str, float | str]) -> dict[str, Any]:
     """One profiled kernel's raw metrics condensed: time, DRAM bytes, throughputs, the
-    tensor pipes' utilisation (every ``*pipe_tensor*`` metric reported as a percentage of
+    tensor pipes' utilisation (every ``*pipe_tensor*`` metric's SM average as a percentage of
     peak), occupancy, registers, and the stall reasons (cycles a warp waits per issued
     instruction, by reason, largest first). Metrics the profile lacks are left out."""
     out: dict[str, Any] = {"kernel": row.get("kernel", "")}
@@ -222,7 +222,7 @@ def kernel_summary(row: dict[str, float | str]) -> dict[str, Any]:
         name: value
         for name, value in row.items()
         if "pipe_tensor" in name
-        and name.endswith("pct_of_peak_sustained_active")
+        and name.endswith(".avg.pct_of_peak_sustained_active")
         and isinstance(value, float)
     }
     stalls = {}
