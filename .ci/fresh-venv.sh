@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The set-up a student's machine runs, proven from nothing: a fresh venv under /tmp, pip
-# cut off from this machine's configuration, `make setup` and `make notebooks` as README
-# says, then chapter 5 under nbval in that environment.
+# The set-up a student's machine runs, proven from nothing: a copy of the checkout as a
+# clone has it, a fresh venv under /tmp, pip cut off from this machine's configuration,
+# `make setup` and `make notebooks` as README says, then chapter 5 under nbval there.
 #
 # Decisions:
+# - The copy holds what git tracks (and untracked files git does not ignore): no .venv,
+#   _build or egg-info of the checkout, and nothing is written into the checkout, so this
+#   runs beside `make test` (.ci/run) without the two editable installs meeting.
 # - pip as on a laptop: no config file (PIP_CONFIG_FILE=/dev/null: no local wheel folder,
 #   no extra index, no constraint), no PIP_* variables, an empty cache, public PyPI only.
 # - torch: the Makefile's default, PyTorch's CPU index, where it answers. Where it does
@@ -26,6 +29,14 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 work=$(mktemp -d "${TMPDIR:-/tmp}/mlinfra-fresh.XXXXXX")
 [ "${FRESH_KEEP:-0}" = 1 ] || trap 'rm -rf "$work"' EXIT
+mkdir "$work/clone"
+if [ -d .git ]; then
+  git ls-files -co --exclude-standard -z \
+    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$work/clone"
+else
+  tar --exclude=./.venv --exclude=./_build --exclude='*.egg-info' -cf - . | tar -xf - -C "$work/clone"
+fi
+cd "$work/clone"
 log() { printf 'fresh-venv: %s\n' "$*"; }
 step() { log "$1: $(( $(date +%s) - t0 )) s"; t0=$(date +%s); }
 
