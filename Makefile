@@ -3,12 +3,15 @@
 #   make book     create .venv, install, execute every notebook, build _build/html
 #   make test     the whole suite: lint, unit tests, nbval on every notebook, lab validation,
 #                 the book build and the browser test (what CI runs, via .ci/run); starts a
-#                 throwaway PostgreSQL server for the tracking tests where one is installed
+#                 throwaway PostgreSQL server for the tracking tests where one is installed.
+#                 It first checks the system packages it needs (make check-system):
+#                 apt-get install bubblewrap chromium postgresql
 #   make release-labs   regenerate book/labs/ (the student edition of labs/) after editing labs/
 #   make test-gpu on a CUDA GPU: the device unit tests, then every chapter and lab under nbval
 #                 at GPU sizes, recorded in benchmarks/results/GPU-notebooks-DATE.json
 #   make lab      JupyterLab on the repository
-#   make lock     regenerate requirements.lock from the current CPU environment
+#   make lock     regenerate requirements.lock from the current CPU environment (on Linux:
+#                 its lines keep requirements.txt's markers, so one lock serves every platform)
 #   make bench-attention | bench-scaling | bench-ci | bench-tracking | bench-staleness
 #                 benchmarks, each written to benchmarks/results/DEVICE-TOPIC-YYYY-MM-DD.json
 
