@@ -1,11 +1,11 @@
 """The backward's two kernels written in Gluon (Hopper only): FlashAttention-2's split backward
 with version 5's schedule.
 
-Contract: `launch(do, q, k, v, o, lse, causal, sm_scale, config)` returns ``(dq, dk, dv)``
-exactly as `flash._backward` does with the Triton "split" kernels, for contiguous bfloat16 or
-float16 ``[B, H, N, D]`` inputs with equal query and key lengths, ``N`` a multiple of the
-tiles and ``D`` in (64, 128), on a compute capability 9.x GPU, given the forward's O and its
-base-2 log-sum-exp ``[B*H, N]``. `unusable(...)` says why not (None when it can run);
+Contract: `launch(do, q, k, v, lse, delta, causal, sm_scale, config)` returns
+``(dq, dk, dv)`` exactly as `flash._backward` does with the Triton "split" kernels, for
+contiguous bfloat16 or float16 ``[B, H, N, D]`` inputs with equal query and key lengths, ``N``
+a multiple of the tiles and ``D`` in (64, 128), on a compute capability 9.x GPU, given the
+forward's base-2 log-sum-exp and ``delta = rowsum(dO * O)``, both ``[B*H, N]`` float32. `unusable(...)` says why not (None when it can run);
 `pick_config` is the measured per-shape table (None where the Triton kernels measured
 faster). `flash._backward` runs it for the default backward where both say yes.
 
@@ -17,7 +17,8 @@ Design decisions (the kernels are in `_gluon_bwd_kernels`):
   mbarriers; S^T and dP^T issued back to back on the Tensor Cores, dV issued while dP^T may
   still run (``warpgroup_mma_wait(1)``), a slot refilled once its four matmuls are done.
   dQ: version 5's loop with the backward's algebra. delta = rowsum(dO * O) comes from the
-  Triton kernel the split backward already uses (`flash._launch_delta`).
+  Triton kernel the split backward already uses (`flash._launch_delta`, which the caller
+  runs: this module does not import flash).
 - One tile configuration per shape class, from the experiment's four (the table's comment
   says which run); a causal diagonal tile must hold whole tiles of the other side
   (``BLOCK_N % BLOCK_M`` in dK/dV, ``BLOCK_M % BLOCK_N`` in dQ), else a program would wait
@@ -148,8 +149,8 @@ def launch(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    o: torch.Tensor,
     lse: torch.Tensor,
+    delta: torch.Tensor,
     causal: bool,
     sm_scale: float,
     config: GluonBwdConfig,
@@ -160,14 +161,10 @@ def launch(
     `flash.poisoned_buffers`)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from mlinfra_lab.attention.flash import _launch_delta
-
     b, h, n, d = q.shape
     LAST_CONFIG["bwd"] = config.name
     (kv_m, kv_n, kv_w, kv_s), (q_m, q_n, q_w, q_s) = config.dkdv, config.dq
     rows = b * h * n
-    delta = empty_like(lse)
-    _launch_delta(o, do, delta, b * h)
     dq, dk, dv = (empty_like(t) for t in (q, k, v))
 
     def desc(t: torch.Tensor, block_rows: int) -> TensorDescriptor:

@@ -374,7 +374,9 @@ def _gluon_backward(
                 stacklevel=5,
             )
         return None
-    return g.launch(do, q, k, v, o, lse, causal, sm_scale, cfg, empty_like=_empty_like)
+    delta = _empty_like(lse)
+    _launch_delta(o, do, delta, q.shape[0] * q.shape[1])  # b * h <= 65535: `unusable` says so
+    return g.launch(do, q, k, v, lse, delta, causal, sm_scale, cfg, empty_like=_empty_like)
 
 
 def _backward(
