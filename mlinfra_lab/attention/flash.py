@@ -99,7 +99,11 @@ of 64), the Triton "split" kernels everywhere else, silently unless "gluon" was 
 name. Predicted (before its first run) 1.1-1.35x the Triton kernels at D=128, so 0.85-0.95x
 cuDNN; measured in one H100 run (``benchmarks/results/h100-gluon-bwd-2026-12-05.json``)
 1.01-1.33x the Triton split backward at D=128 and 1.04-1.21x at D=64 (causal D=64 at 16k
-tokens 0.97x: Triton kept there), 0.75-0.86x cuDNN at D=128 and N >= 4k (Triton: 0.74x). "atomic" is FA2's own: the dK/dV kernel also computes each key tile's
+tokens 0.97x: Triton kept there), 0.75-0.86x cuDNN at D=128 and N >= 4k (Triton: 0.74x);
+in the full sweep that followed (``benchmarks/results/h100-attention-2026-12-05.json``, 3
+repeats) 0.81-0.99x cuDNN there. Nsight Compute (``h100-ncu-kernels-2026-12-05.json``, D=128,
+N=8k): its tensor pipes are busier than cuDNN's (78-84% vs 67% of peak), but the split does
+7 matmuls to cuDNN's 5, which is the remaining gap. "atomic" is FA2's own: the dK/dV kernel also computes each key tile's
 share of dQ (``dS K``, the fifth matmul) and adds it with float32 atomics into a zeroed
 buffer, cast to the input dtype at the end; no dQ kernel. Predicted to gain up to ~15% at
 D=64 (fewer matmuls) and to risk a loss at D=128 (a third accumulator's registers); measured
