@@ -98,3 +98,23 @@ def test_roofline_intensity_is_flops_over_the_fused_floor() -> None:
     bandwidth_roof = point["intensity"] * study.HBM_BYTES_PER_S["NVIDIA H200"] / 1e12
     assert point["roof"] == pytest.approx(min(700.0, bandwidth_roof))
     assert point["version"] == 5
+
+
+def test_the_baseline_is_the_default_kernel_on_the_same_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results_dir, baselines = tmp_path / "results", tmp_path / "baselines"
+    results_dir.mkdir()
+    baselines.mkdir()
+    monkeypatch.setattr(study.results, "results_dir", lambda: results_dir)
+    other = 1 if DEFAULT_VERSION != 1 else 2
+    old_kernel = _run("2026-12-02", f"v{other} BLOCK_M: 128")
+    other_gpu = {**_run("2026-12-06", f"v{DEFAULT_VERSION} gluon x"), "device": {**DEVICE}}
+    other_gpu["device"]["device_name"] = "NVIDIA H100 80GB HBM3"
+    good = _run("2026-12-05", f"v{DEFAULT_VERSION} gluon x")
+    for name, run in (("a.json", old_kernel), ("b.json", other_gpu), ("c.json", good)):
+        (baselines / name).write_text(json.dumps(run))
+    assert study.baseline_for(_run("2026-12-07", "v5 gluon y"))["file"] == "c.json"
+    (baselines / "c.json").unlink()
+    with pytest.raises(study.NoDefaultRunError, match="benchmarks/baselines"):
+        study.baseline_for(_run("2026-12-07", "v5 gluon y"))

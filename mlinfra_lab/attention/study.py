@@ -17,7 +17,10 @@ Design decisions:
   default kernel's when its ``ours`` rows were launched with no version named, which the
   benchmark's ``ours`` provider does, and at least one of them ran `DEFAULT_VERSION`.
 - HBM bandwidth is a datasheet number (`HBM_BYTES_PER_S`), not a measurement: the roofline's
-  slanted roof says so in its label. The flat roof is the bf16 matmul measured in the run.
+  slanted roof says so in its label; a GPU missing from the table gets no slanted roof. The
+  flat roof is the bf16 matmul measured in the run.
+- Runs of any GPU count: the newest default-kernel run is the one shown, with its device
+  named beside it; a baseline is only ever of the same GPU (`baseline_for`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ __all__ = [
     "HBM_BYTES_PER_S",
     "NoDefaultRunError",
     "default_kernel_runs",
-    "committed_baseline",
+    "baseline_for",
+    "committed_baselines",
     "default_only",
     "newest_default_run",
     "newest_run_with",
@@ -47,8 +51,9 @@ __all__ = [
     "run_versions",
 ]
 
-# Peak HBM bandwidth from the vendor's datasheet (bytes/s): NVIDIA H200, HBM3e.
-HBM_BYTES_PER_S = {"NVIDIA H200": 4.8e12}
+# Peak HBM bandwidth from the vendors' datasheets (bytes/s), by torch's device name: the H200
+# (HBM3e) and the H100 SXM (80 GB HBM3; the PCIe card's HBM2e is slower).
+HBM_BYTES_PER_S = {"NVIDIA H200": 4.8e12, "NVIDIA H100 80GB HBM3": 3.35e12}
 _VERSION = re.compile(r"^v(\d+)\b")
 
 
@@ -176,10 +181,27 @@ def newest_run_with(providers: tuple[str, ...], pattern: str = "*.json") -> dict
     return max(found, key=lambda r: r["date"])
 
 
-def committed_baseline(name: str = "h200-attention.json") -> dict[str, Any] | None:
-    """The regression baseline `mlinfra-lab bench attention --check-baseline` reads from the
-    repository's ``benchmarks/baselines/`` (None outside a checkout)."""
-    path = results.results_dir().parent / "baselines" / name
-    if not path.is_file():
-        return None
-    return {**json.loads(path.read_text()), "file": name}
+def committed_baselines() -> list[dict[str, Any]]:
+    """The regression baselines ``mlinfra-lab bench attention --check-baseline`` reads, from
+    the repository's ``benchmarks/baselines/`` (each with ``file`` added; empty outside a
+    checkout)."""
+    folder = results.results_dir().parent / "baselines"
+    return [{**json.loads(p.read_text()), "file": p.name} for p in sorted(folder.glob("*.json"))]
+
+
+def baseline_for(run: dict[str, Any]) -> dict[str, Any]:
+    """The newest committed baseline of the default kernel on `run`'s GPU: the guard compares
+    a kernel with its own earlier timing on the same card, never with another version's or
+    another GPU's. `NoDefaultRunError` when there is none."""
+    name = run["device"]["device_name"]
+    found = [
+        b
+        for b in committed_baselines()
+        if b.get("device", {}).get("device_name") == name and DEFAULT_VERSION in run_versions(b)
+    ]
+    if not found:
+        raise NoDefaultRunError(
+            f"no committed baseline in benchmarks/baselines/ timed kernel version "
+            f"{DEFAULT_VERSION} on an {name}; copy a default-kernel run of that GPU there"
+        )
+    return max(found, key=lambda b: b["date"])
