@@ -8,13 +8,13 @@
 #   _build or egg-info of the checkout, and nothing is written into the checkout, so this
 #   runs beside `make test` (.ci/run) without the two editable installs meeting.
 # - pip as on a laptop: no config file (PIP_CONFIG_FILE=/dev/null: no local wheel folder,
-#   no extra index, no constraint), no PIP_* variables, an empty cache, public PyPI only.
+#   no extra index, no constraint), no PIP_* variables, no cache, public PyPI only.
 # - torch: the Makefile's default, PyTorch's CPU index, where it answers. Where it does
 #   not (this CI reaches PyPI only), the fallback is what PyPI gives this platform, said so
 #   in the log: on Linux x86-64 that is the CUDA build with its nvidia-* libraries (about
 #   3 GB), which imports and runs on a machine without a GPU. Installing PyPI's torch with
 #   --no-deps to save the download would not be the student's environment (it does not
-#   import without its CUDA libraries), so it is not done.
+#   import without them: "libcudnn.so.9: cannot open shared object file"), so it is not done.
 # - The lock is then checked in the fresh environment (`check_lockfile`): its torch==X
 #   matches the CPU build and PyPI's. PyPI's CUDA build pins its own triton (torch 2.13.0:
 #   3.7.1, the lock's CPU environment has 3.9.0): `make setup` lets that pin win
