@@ -163,6 +163,8 @@ def test_a_regrade_of_one_student_keeps_every_other_row_and_every_manual_entry(b
     assert {(e["student"], e["by"]) for e in record["manual_entries"]} == {
         ("alice", "ta-ana"), ("bob", "ta-ana"), ("carol", "ta-ben"),
     }  # fmt: skip
+    paths = {s["student"]: s["path"] for s in record["submissions"]}
+    assert paths["bob"] == str(root / "subs" / "bob" / "05_double.ipynb"), "its own path"
     runs = {s["student"]: s["graded_at"] for s in record["submissions"]}
     assert runs["bob"] >= runs["alice"] == runs["carol"]
     assert verify_gradebook(gb, SECRET).ok

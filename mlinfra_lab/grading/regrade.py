@@ -61,11 +61,14 @@ class RegradeRun:
 
 
 def _select(
-    found: list[Submission], graded: dict[tuple[str, str], str], options: RegradeOptions
+    found: list[Submission],
+    graded: dict[tuple[str, str], str],
+    options: RegradeOptions,
+    refused: set[str],
 ) -> tuple[list[Submission], list[tuple[str, str]]]:
     if options.students:
         named = {s.student for s in found}
-        missing = sorted(options.students - named)
+        missing = sorted(options.students - named - refused)  # refused: reported, not lost
         if missing:
             raise BookError(
                 f"--student {', '.join(missing)}: no gradable submission of "
@@ -137,7 +140,7 @@ def grade_into_book(
             f"source lab {', '.join(changed)} changed since this gradebook was graded (its "
             "SHA-256 differs): regrade every submission with --force, or grade into a new --out"
         )
-    chosen, kept = _select(found, book.db.graded(), options)
+    chosen, kept = _select(found, book.db.graded(), options, {p.student for p in problems})
     if options.students:
         problems = [p for p in problems if p.student in options.students]
     if not chosen:
