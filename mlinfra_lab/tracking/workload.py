@@ -47,6 +47,7 @@ class Progress(Protocol):
 class BenchConfig:
     scale: float = 1.0  # multiplies every run count below (1.0 = the sizes)
     mlflow_scale: float | None = None  # MLflow's log/create scale (it is slow); None = scale
+    mlflow_async_scale: float | None = None  # MLflow's async logging; None = mlflow_scale
     log_runs: int = 100  # metric logging: runs x metrics x steps = 1M points at scale 1
     log_metrics: int = 10
     log_steps: int = 1000
@@ -63,12 +64,21 @@ class BenchConfig:
         None  # the `mlflow` command for its server; None: on PATH or python -m mlflow
     )
 
+    def mlflow_async_scale_or_default(self) -> float:
+        return next(
+            s for s in (self.mlflow_async_scale, self.mlflow_scale, self.scale) if s is not None
+        )
+
     def server_scale_or_default(self) -> float:
         return next(s for s in (self.server_scale, self.mlflow_scale, self.scale) if s is not None)
 
-    def n(self, count: int, mlflow: bool = False, served: bool = False) -> int:
+    def n(
+        self, count: int, mlflow: bool = False, served: bool = False, mlflow_async: bool = False
+    ) -> int:
         s = self.mlflow_scale if (mlflow and self.mlflow_scale is not None) else self.scale
         s = self.server_scale_or_default() if served else s
+        if mlflow_async:
+            s = self.mlflow_async_scale_or_default()
         return max(1, int(round(count * s)))
 
 
