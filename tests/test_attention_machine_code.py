@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from mlinfra_lab import runtime
 from mlinfra_lab.attention import machine_code as mc
 
 LOOP = [
@@ -56,6 +57,7 @@ def test_version_5_builds_read_back_as_their_schedules_claim():
     """Built for sm_90 here (a child process, no interpreter): the table's D=128 overlapped
     configuration waits with a matmul in flight (W1), its plain control never does, and the
     ``-ps`` configuration's P V reads P from shared memory (no register A operand)."""
+    runtime.ensure_triton_mode()  # this process may import triton: the interpreter first
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
     from mlinfra_lab.attention._gluon_fwd import GluonConfig, pick_config
 
