@@ -168,3 +168,5 @@ def test_hygiene_escapes_controls_and_separators():
     assert safe_student("..") == "_.."
     assert safe_student("al\\ice\u200b") == "al_ice\\u200b"
     assert printable("élève 学生") == "élève 学生"  # letters of any script stay
+    once = printable(ESCAPED)
+    assert printable(once) == once  # a gradebook read back (--merge) is not escaped twice

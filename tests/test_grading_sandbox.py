@@ -354,7 +354,8 @@ def test_the_kernel_gets_the_graders_pythonpath_but_not_the_checkout(tmp_path, m
 @pytest.mark.parametrize("kind", ["bwrap", "rlimit"])
 def test_the_throwaway_user_has_a_name_and_a_private_temp_folder(tmp_path, kind):
     """The sandbox's uid is in no passwd file; torch.compile's caches (and anything else
-    calling `getpass.getuser`) must still work, and temporary files stay in the sandbox."""
+    calling `getpass.getuser`) must still work, and temporary files stay in the sandbox
+    (its home, the working directory: a size-capped tmpfs under bubblewrap)."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell(

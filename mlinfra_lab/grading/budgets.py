@@ -20,6 +20,16 @@ The budgets, and what an overrun does (the batch always goes on):
   each cell; once a notebook has run longer, its remaining cells fail at once with
   `notebook_timeout_message`. The cell running when the time is up is bounded by the
   per-cell timeout, so a notebook stops within one cell timeout of its limit.
+- memory and processes of a sandbox together (issue 30): a control group per sandbox
+  (`cgroups`: resident memory, memfd and tmpfs pages of all its processes; ``pids.max``
+  tasks, `DEFAULT_MAX_PROCS`) where the machine lets this process make one; the cell
+  that runs into a cap fails with `overrun_message`, the sandbox is stopped and the later
+  cells are not run (0 for what it did not finish). ``grade`` says once, before it starts,
+  which budget it cannot enforce here (`Sandbox.limits_missing`).
+- disk (`DEFAULT_DISK_LIMIT`): the kernel's home, ``/tmp`` and ``/dev/shm`` are tmpfs of
+  that size (bubblewrap's ``--size``, counted in the memory cap too), and its working
+  folder on the host is sealed once its sockets exist (`Sandbox.seal`, as root): a write
+  past the budget fails with "No space left on device" in the student's cell.
 - output (`DEFAULT_OUTPUT_CAP` bytes per cell): grading does not keep the notebooks'
   outputs; `kernel_runner` counts what a cell prints and drops it as the messages arrive
   (the gradebook notes how much past the cap), so the grader holds at most one message
@@ -44,6 +54,8 @@ from collections.abc import Callable
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_CELLS",
+    "DEFAULT_DISK_LIMIT",
+    "DEFAULT_MAX_PROCS",
     "DEFAULT_MEMORY_LIMIT",
     "default_memory_limit",
     "gpu_present",
@@ -54,6 +66,8 @@ __all__ = [
     "human_bytes",
     "memory_message",
     "notebook_timeout_message",
+    "overrun_message",
+    "overrun_rest_message",
     "too_many_cells",
 ]
 
@@ -76,6 +90,8 @@ def default_memory_limit() -> int | None:
     return None if gpu_present() else DEFAULT_MEMORY_LIMIT
 
 
+DEFAULT_MAX_PROCS = 512  # tasks (processes and threads) of one sandbox together
+DEFAULT_DISK_LIMIT = 1 << 30  # bytes of each of the sandbox's tmpfs (home, /tmp, /dev/shm)
 DEFAULT_NOTEBOOK_TIMEOUT = 600.0  # seconds (the labs grade in under a minute on 2 cores)
 DEFAULT_OUTPUT_CAP = 1 << 20  # bytes of output kept per cell, the rest dropped
 TRACEBACK_CAP = 64 << 10  # bytes of an error's traceback kept (its last lines matter)
@@ -110,6 +126,24 @@ def too_many_cells(count: int, limit: int | None) -> str | None:
 def notebook_timeout_message(limit: float) -> str:
     """The message of every cell not run because its notebook ran out of time."""
     return f"not run: the notebook ran past its time limit of {limit:g} s (--notebook-timeout)"
+
+
+def overrun_message(kind: str, limit: int | float | None) -> str:
+    """The message of the cell that ran a sandbox into its `kind` cap ("memory",
+    "processes"); the cells after it are not run (see `kernel_runner`)."""
+    if kind == "memory":
+        what = f"{human_bytes(limit or 0)} of memory for all its processes (--memory-limit)"
+    else:
+        what = f"{limit} processes and threads (--max-procs)"
+    return (
+        f"stopped: this cell took the notebook past its budget of {what}; the cells after "
+        "it were not run"
+    )
+
+
+def overrun_rest_message(kind: str) -> str:
+    """The message of every cell after the one that ran the sandbox into its cap."""
+    return f"not run: the notebook was stopped at its {kind} budget"
 
 
 def memory_message(message: str, limit: int | None) -> str:

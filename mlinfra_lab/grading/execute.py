@@ -20,14 +20,17 @@ Design decisions:
 - ``config.sandbox`` picks the sandbox (``auto``: bubblewrap where it works, else the
   resource-limit fallback, named in the gradebook's config); a kernel a notebook kills or
   hangs is that notebook's loss only: the next one gets a new kernel in a new sandbox.
-- The grading secret (see `secret`) reaches the kernels as one more ``env`` entry
-  (`ExecutionConfig.with_secret`); `ExecutionConfig.record`, what a gradebook saves, leaves
+- The grading secret (see `secret`) is held in ``config.env`` (`ExecutionConfig.with_secret`)
+  but never reaches a kernel: the runner turns it into the seed table of each notebook's
+  graders (`kernel_runner`); `ExecutionConfig.record`, what a gradebook saves, leaves
   its value out and keeps only whether it was the default.
 - The judge (see `judge`): with ``judge_texts`` and ``config.judge`` (the default), every
   grader is checked again in a second kernel on the values the student's functions
   returned; a grader passes only where both kernels pass it.
-- Budgets (see `budgets`): memory as an address-space limit on each sandbox, per-notebook
-  wall time checked between cells, output counted per cell and never kept.
+- Budgets (see `budgets`): memory and process count as caps on each sandbox's processes
+  together (a control group, `cgroups`; else an address-space limit per process), disk as
+  size-capped tmpfs, per-notebook wall time checked between cells, output counted per cell
+  and never kept.
 """
 
 from __future__ import annotations
@@ -40,7 +43,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .budgets import DEFAULT_MAX_BYTES, DEFAULT_MAX_CELLS, DEFAULT_OUTPUT_CAP
+from .budgets import (
+    DEFAULT_DISK_LIMIT,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_CELLS,
+    DEFAULT_MAX_PROCS,
+    DEFAULT_OUTPUT_CAP,
+)
 from .errors import ExecutionError
 from .kernel_runner import run_notebook
 from .outcome import CellOutcome
@@ -67,10 +76,12 @@ class ExecutionConfig:
     output_cap: int | None = DEFAULT_OUTPUT_CAP  # bytes of output kept per cell
     max_bytes: int | None = DEFAULT_MAX_BYTES  # a larger submission file is not graded
     max_cells: int | None = DEFAULT_MAX_CELLS  # a notebook with more cells is not graded
+    max_procs: int | None = DEFAULT_MAX_PROCS  # tasks of one sandbox together (`cgroups`)
+    disk_limit: int | None = DEFAULT_DISK_LIMIT  # bytes of each of a sandbox's tmpfs
     judge: bool = True  # check graders again outside the student's kernel (see `judge`)
 
     def with_secret(self, secret: str) -> ExecutionConfig:
-        """This config with the grading secret set in the kernels' environment."""
+        """This config with the grading secret, from which the kernels' seeds are derived."""
         if not secret:
             raise ValueError("the grading secret must not be empty")
         env = tuple((k, v) for k, v in self.env if k != SECRET_ENV)

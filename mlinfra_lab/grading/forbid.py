@@ -20,6 +20,12 @@ Design decisions:
   layers are unwrapped to the innermost function (a decorator's wrapper code is shared by
   everything it decorates, so it is never forbidden itself), and a ``@triton.jit`` object
   gives its Python function (``.fn``).
+- Copies too (issue 30): a code object the hook meets for the first time is compared by
+  content (`code_key`: instructions and constants, not local names, file or line numbers)
+  with the forbidden ones, so ``fn.__code__.replace(co_name=...)``, ``types.FunctionType(code,
+  ...)`` over a replaced code and a re-``exec`` of the course's source are refused as the
+  original is. The codes met are kept (their ids cannot be reused) and compared once each.
+  A copy whose bytecode was edited is not caught here; the judge's own inputs still apply.
 - ``sys.setprofile`` (and ``threading.setprofile`` for threads started in the block): the
   hook sees a ``"call"`` event for every Python frame, compares ``id(frame.f_code)`` with a
   set of ids (hashing a code object would hash its bytecode on every call) and raises.
@@ -57,7 +63,14 @@ from typing import Any
 
 from .errors import CallGuardError, ForbiddenCallError, MarkerError
 
-__all__ = ["PACKAGE_PREFIX", "CallGuard", "forbid_calls", "forbidden_codes", "guard_source"]
+__all__ = [
+    "PACKAGE_PREFIX",
+    "CallGuard",
+    "code_key",
+    "forbid_calls",
+    "forbidden_codes",
+    "guard_source",
+]
 
 PACKAGE_PREFIX = "mlinfra_lab."
 GUARD_NAME = "_mlinfra_forbid_calls"  # the name the guarded grader text binds the guard to
@@ -126,6 +139,41 @@ def _forbidden_functions(name: str) -> list[tuple[str, types.FunctionType]]:
     return functions
 
 
+_SKIP_OPS = frozenset({"CACHE", "RESUME", "NOP", "EXTENDED_ARG", "PRECALL", "PUSH_NULL"})
+_SAME_OPS = {"LOAD_METHOD": "LOAD_ATTR", "CALL_METHOD": "CALL", "CALL_FUNCTION": "CALL"}
+
+
+def _shape(code: types.CodeType) -> tuple[int, int, int]:
+    """A cheap first look: a copy has the same arguments and the same number of constants."""
+    return (code.co_argcount, code.co_kwonlyargcount, len(code.co_consts))
+
+
+def code_key(code: types.CodeType) -> tuple:
+    """What a code object computes, without what a copy may change for free: its
+    instructions with their names and constants (nested code by its own key, strings as
+    one placeholder: an edited docstring or message leaves the algorithm), locals by
+    number (renaming them changes nothing), without jump targets, line numbers, file or
+    name, and with the compiler's equivalent forms of one call made the same."""
+    import dis
+
+    out = []
+    for ins in dis.get_instructions(code):
+        op = _SAME_OPS.get(ins.opname, ins.opname)
+        if op in _SKIP_OPS:
+            continue
+        arg: object = None
+        if isinstance(ins.argval, types.CodeType):
+            arg = code_key(ins.argval)
+        elif isinstance(ins.argval, str) and op == "LOAD_CONST":
+            arg = "str"
+        elif op in ("LOAD_FAST", "STORE_FAST", "DELETE_FAST", "LOAD_CLOSURE", "LOAD_DEREF"):
+            arg = ins.arg
+        elif ins.opcode not in dis.hasjrel and ins.opcode not in dis.hasjabs:
+            arg = ins.argrepr.replace("NULL + ", "").replace(" + NULL", "")
+        out.append((op, arg))
+    return (_shape(code), tuple(out))
+
+
 def forbidden_codes(name: str) -> tuple[types.CodeType, ...]:
     """The code objects a forbidden `name` stands for; `MarkerError` saying why if none."""
     return tuple(fn.__code__ for _, fn in _forbidden_functions(name))
@@ -144,17 +192,32 @@ class CallGuard:
             for label, fn in _forbidden_functions(name):
                 self._forbidden.setdefault(id(fn.__code__), (label, fn.__code__))
         self._by_id: dict[int, tuple[str, types.CodeType]] = {}  # what the hook watches now
+        # copies: the same bytecode and constants in another code object (`code_key`)
+        self._by_key = {code_key(code): label for label, code in self._forbidden.values()}
+        self._shapes = {_shape(code) for _, code in self._forbidden.values()}
+        self._seen: dict[int, types.CodeType] = {}  # other codes met, kept alive (no id reuse)
         self.violations: list[str] = []  # messages, in the order the calls happened
         self._hook = self._make_hook()
         self._previous: tuple[Any, Any] = (None, None)
 
     def _make_hook(self) -> Any:
         by_id, violations, message = self._by_id, self.violations, self.message
+        by_key, seen, shapes = self._by_key, self._seen, self._shapes
 
         def hook(frame: types.FrameType, event: str, arg: Any) -> None:
-            if event == "call" and id(frame.f_code) in by_id:
-                label, code = by_id.get(id(frame.f_code), ("", None))
-                if code is frame.f_code:  # not an id reused after the guard ended
+            if event != "call" or not by_id:
+                return
+            code = frame.f_code
+            if id(code) in by_id:
+                label, known = by_id.get(id(code), ("", None))
+                if known is code:  # not an id reused after the guard ended
+                    violations.append(message(label))
+                    raise ForbiddenCallError(violations[-1])
+            elif seen.get(id(code)) is not code:  # a code object met for the first time
+                seen[id(code)] = code
+                label = by_key.get(code_key(code)) if _shape(code) in shapes else None
+                if label is not None:  # a copy (__code__.replace, FunctionType, exec)
+                    by_id[id(code)] = (label, code)
                     violations.append(message(label))
                     raise ForbiddenCallError(violations[-1])
 

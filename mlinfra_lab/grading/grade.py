@@ -35,6 +35,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -115,6 +116,7 @@ class GradeReport:
     config: ExecutionConfig = field(default_factory=ExecutionConfig)
     sources: tuple[tuple[str, str, str], ...] = ()  # (lab, path, sha256) of the source labs
     sandbox: str = ""  # the sandbox the kernels ran in ("bwrap", "rlimit")
+    unenforced: tuple[str, ...] = ()  # budgets this machine could not enforce, one line each
 
     @property
     def ok(self) -> bool:
@@ -123,7 +125,8 @@ class GradeReport:
 
     def as_dict(self) -> dict:
         return {
-            "config": self.config.record() | {"sandbox_used": self.sandbox},
+            "config": self.config.record()
+            | {"sandbox_used": self.sandbox, "budgets_not_enforced": list(self.unenforced)},
             "results": [
                 asdict(r) | {"points": r.points, "max": r.max_points} for r in self.results
             ],
@@ -192,6 +195,10 @@ def grade_submissions(
     sandbox = sandbox or make_sandbox(config.sandbox)
     labs = load_source_labs(source)
     found, problems = find_submissions(submissions, labs, config.max_bytes, config.max_cells)
+    missing = sandbox.limits_missing(config.memory_limit, config.max_procs, config.disk_limit)
+    if progress:  # the command line: say it once, before anything runs
+        for line in missing:
+            print(f"warning: {line}", file=sys.stderr)
     warnings = sandbox_warnings(sandbox)
     warnings += [
         f"{printable(s.path)}: lab '{s.lab}' has no grader cells; scored 0 of 0"
@@ -270,5 +277,11 @@ def grade_submissions(
         )
     sources = tuple((lab.name, str(lab.path), lab.sha256) for lab in labs.values())
     return GradeReport(
-        tuple(results), tuple(problems), tuple(warnings), config, sources, sandbox.kind
+        tuple(results),
+        tuple(problems),
+        tuple(warnings),
+        config,
+        sources,
+        sandbox.kind,
+        tuple(missing),
     )

@@ -12,6 +12,9 @@ Design decisions:
 - Escape, do not drop: two names that differ only in an invisible character stay two
   different identifiers (dropping it would let ``alice\\u200b`` merge into ``alice``), and
   the instructor sees that something odd was there.
+- Idempotent: escaped text is printable, so a second pass (a gradebook read back by
+  ``--merge``) changes nothing. A backslash is therefore left as it is: a file name that
+  spells ``\\x1b`` shows as such, which is harmless.
 - Applied where the text enters the grading tools (`submissions`, `grade`): every later
   consumer (the console, the CSV, the JSON, a report) gets the safe text; HTML writers must
   still escape ``<`` and ``&`` (this module is about control characters, not markup).
@@ -38,8 +41,6 @@ def _escape(char: str) -> str:
 
 
 def _unsafe(char: str) -> bool:
-    if char == "\\":
-        return True  # escape the escape character, so an escape in the output is ours
     return unicodedata.category(char).startswith("C")  # Cc, Cf, Cs, Co, Cn
 
 

@@ -30,6 +30,9 @@ Design decisions:
   with the record's problem.
 - Both kernels get the same ``PYTHONHASHSEED`` (the runner sets it), so a grader that
   iterates over a set of strings calls the student's functions in the same order in both.
+- A failure the judge reports is made of the grader's words: its assertion messages, or,
+  for an exception the student's code raised (replayed from the record), the exception's
+  class and a few words of its text (`messages.student_raised`), never a long payload.
 - What the judge cannot see: what a student's function does besides returning (a store it
   changes, the number of times it calls a function the grader did not pass it). Those
   checks still run in the student's kernel, which must pass too. Nor can it stop a function
@@ -51,6 +54,7 @@ from .judge_names import JudgeNames
 from .judge_replay import TOKEN as REPLAY_TOKEN
 from .judge_wire import dump
 from .kernel_client import Kernel, error_message, execute, expression_ok
+from .messages import student_raised
 from .sandbox import Sandbox
 
 __all__ = ["JUDGE_SLOT_OFFSET", "MAX_RECORD_BYTES", "Judge", "read_record"]
@@ -73,6 +77,10 @@ def read_record(path: Path, cap: int = MAX_RECORD_BYTES) -> tuple[bytes | None, 
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         os.close(fd)
         return None, "your kernel's record of this grader's calls is not a plain file"
+    if info.st_size == 0:  # the file the judge made for it, never written
+        os.close(fd)
+        os.unlink(path)
+        return None, "your kernel wrote no record of this grader's calls"
     with os.fdopen(fd, "rb") as fh:
         if info.st_size > cap:
             return None, (
@@ -88,6 +96,16 @@ def read_record(path: Path, cap: int = MAX_RECORD_BYTES) -> tuple[bytes | None, 
     return data, ""
 
 
+def _replayed(detail: dict[str, Any]) -> bool:
+    """True when the judge's error is a student exception its replayer raised again (the
+    deepest frame of the judge's own traceback is in `judge_replay`; no student code runs
+    in the judge, so that traceback is the judge's). Replay mismatches are the judge's."""
+    frames = [str(f) for f in detail.get("traceback") or []]
+    if str(detail.get("ename")) in ("JudgeError", "WireError") or len(frames) < 2:
+        return False
+    return "judge_replay" in frames[-2]
+
+
 class Judge:
     """The judge kernel of one notebook (see the module docstring)."""
 
@@ -100,9 +118,11 @@ class Judge:
         env: tuple[tuple[str, str], ...],
     ) -> None:
         self.slot = slot + JUDGE_SLOT_OFFSET
+        self.sandbox = sandbox
         self.workdir = workdir
         self.names = JudgeNames()
         self.problem: str | None = None
+        self.replayed = False  # the last check failed on a student exception, replayed
         sandbox.prepare(workdir, self.slot)
         self.uid = sandbox.uid(self.slot)
         self.kernel = Kernel(workdir, config, sandbox, self.slot, env)
@@ -116,10 +136,17 @@ class Judge:
         """(names the judge text takes, the student's record path, the prepare expression)."""
         names = self.names.take(text)
         record = student_workdir / f".judge-record-{num}"
+        record.unlink(missing_ok=True)
+        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.close(fd)  # made here: the student's sealed folder takes no new file (`sandbox`)
+        uid = self.sandbox.uid(self.slot - JUDGE_SLOT_OFFSET)
+        if uid is not None:
+            os.chown(record, uid, uid)
         return names, record, _RECORD.format(f"prepare({names!r}, {str(record)!r})")
 
     def check(self, text: str, names: list[str], record: Path, timeout: float) -> str | None:
         """Run `text` in the judge on the student's record; None or why the grader failed."""
+        self.replayed = False
         data, why = read_record(record)
         if data is None:
             data = dump({"names": {}, "calls": []}, [])
@@ -152,7 +179,12 @@ class Judge:
         if status == "ok" and got.error is None:
             return why or None
         detail = got.error or (got.reply if status == "error" else None)
-        return why or (error_message(detail) if detail else f"the judge replied {status!r}")
+        if why or not detail:
+            return why or f"the judge replied {status!r}"
+        if _replayed(detail):  # the student's own exception: its class, a little text
+            self.replayed = True
+            return student_raised(str(detail.get("ename", "")), str(detail.get("evalue", "")))
+        return error_message(detail)
 
     def stop(self) -> None:
         self.kernel.stop()

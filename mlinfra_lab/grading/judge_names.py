@@ -24,7 +24,7 @@ import ast
 import builtins
 import symtable
 
-__all__ = ["KERNEL_NAMES", "JudgeNames", "imports_read", "top_level_imports"]
+__all__ = ["KERNEL_NAMES", "JudgeNames", "imports_read", "python_text", "top_level_imports"]
 
 KERNEL_NAMES = frozenset({"get_ipython", "In", "Out", "exit", "quit", "display", "_", "__", "___"})
 
@@ -38,6 +38,11 @@ def _python(text: str) -> str:
         return TransformerManager().transform_cell(text)
     except Exception:  # noqa: BLE001 - leave it to the compiler to refuse
         return text
+
+
+def python_text(text: str) -> str:
+    """`text` with IPython syntax (line magics) turned into Python, as the kernel would."""
+    return _python(text)
 
 
 def imports_read(imports: list[str], text: str) -> list[str]:

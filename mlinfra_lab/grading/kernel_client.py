@@ -15,7 +15,12 @@ Design decisions (the runner's docstring, `kernel_runner`, says why each is need
 - Output is counted, never kept (`Reply.printed`).
 - A request past its timeout is interrupted on the control channel; with no reply
   `INTERRUPT_GRACE` seconds later, the request is "dead" and the caller stops the kernel.
-- The environment is built, not inherited (`kernel_env`). It names the user
+- The kernel's home, temporary folder and working directory are `sandbox.HOME_DIR` in its
+  working folder (a size-capped tmpfs under bubblewrap); once it answers, the sandbox
+  seals the working folder itself (`Sandbox.seal`): its sockets stay, nothing new is
+  written there on the host's disk.
+- The environment is built, not inherited (`kernel_env`), and never holds the grading
+  secret (issue 30), whatever the caller passes. It names the user
   (`SANDBOX_USER`) because the sandbox's throwaway uid is in no passwd file and
   ``getpass.getuser`` (torch.compile's cache folders call it) would raise, and points
   ``TMPDIR`` at the working folder, so temporary files die with the sandbox.
@@ -32,7 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .sandbox import Sandbox, extra_import_paths, package_root
+from .sandbox import HOME_DIR, Sandbox, extra_import_paths, package_root
+from .secret import SECRET_ENV
 
 __all__ = [
     "IDLE_GRACE",
@@ -77,12 +83,12 @@ def kernel_env(workdir: Path, extra: tuple[tuple[str, str], ...]) -> dict[str, s
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update(
         {
-            "HOME": str(workdir),
-            "TMPDIR": str(workdir),
+            "HOME": str(workdir / HOME_DIR),
+            "TMPDIR": str(workdir / HOME_DIR),
             "USER": SANDBOX_USER,
             "LOGNAME": SANDBOX_USER,
-            "IPYTHONDIR": str(workdir / ".ipython"),
-            "MPLCONFIGDIR": str(workdir / ".matplotlib"),
+            "IPYTHONDIR": str(workdir / HOME_DIR / ".ipython"),
+            "MPLCONFIGDIR": str(workdir / HOME_DIR / ".matplotlib"),
             "PYTHONNOUSERSITE": "1",
             "PYTHONPATH": os.pathsep.join([str(package_root()), *extra_import_paths()]),
             "PYDEVD_DISABLE_FILE_VALIDATION": "1",
@@ -90,6 +96,7 @@ def kernel_env(workdir: Path, extra: tuple[tuple[str, str], ...]) -> dict[str, s
         }
     )
     env.update(dict(extra))
+    env.pop(SECRET_ENV, None)  # never in a kernel: it keys the gradebook's seal (`secret`)
     return env
 
 
@@ -124,7 +131,7 @@ class Kernel:
         from jupyter_client import BlockingKernelClient
         from jupyter_client.connect import write_connection_file
 
-        self.sandbox, self.slot = sandbox, slot
+        self.sandbox, self.slot, self.workdir = sandbox, slot, workdir
         conn = workdir / "kernel.json"
         write_connection_file(
             str(conn), transport="ipc", ip=str(workdir / "k"), key=secrets.token_hex(32).encode()
@@ -149,6 +156,8 @@ class Kernel:
                 log,
                 config.memory_limit,
                 slot,
+                max_procs=getattr(config, "max_procs", None),
+                disk_limit=getattr(config, "disk_limit", None),
             )
         self.context = zmq.Context()
         self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
@@ -170,6 +179,7 @@ class Kernel:
             self.client.wait_for_ready(timeout=max(1.0, deadline - time.monotonic()))
         except RuntimeError:
             return self._why_not_started()
+        self.sandbox.seal(self.workdir, self.slot)  # its sockets exist: no more host files
         return None
 
     def _why_not_started(self) -> str:

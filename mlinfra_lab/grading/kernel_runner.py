@@ -25,6 +25,9 @@ Design decisions:
   which never runs the student's code, re-runs the grader's checks on the values the
   student's functions returned in the first. A grader passes only when it passed in both;
   a failure only the judge saw starts with `JUDGED`.
+- A failed grader's message is the judge's where the judge failed it too (made of the
+  grader's words, see `judge`), and always passes `messages.failure_message`: one capped,
+  escaped line, withheld when it quotes the grader's hidden tests (issue 30).
 - Channels are Unix sockets (``ipc``) in the working folder, so a kernel with no network
   is still reachable; messages over `MAX_MESSAGE_BYTES` are refused by the sockets, so one
   huge ``print`` cannot blow up the grader's memory. Output is counted, never kept: past
@@ -33,6 +36,9 @@ Design decisions:
   control channel); if no reply comes within `INTERRUPT_GRACE` seconds, the sandbox is
   killed and the notebook stops there. Before each cell, a notebook past
   ``config.notebook_timeout`` fails its remaining cells with the budget's message.
+- The grading secret never reaches a kernel (issue 30): the kernels get the seed table of
+  the notebook's graders instead (`secret.seed_table`); `kernel_client.kernel_env` drops the
+  secret's variable whatever the caller passes.
 - The kernel's environment is built, not inherited: a short allow-list of the grader's
   variables (locale, threads, CUDA/Triton switches), never credentials, plus
   ``config.env``; its home and caches are the working folder. Its ``PYTHONPATH`` is the
@@ -48,9 +54,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .budgets import human_bytes, notebook_timeout_message
+from .budgets import (
+    human_bytes,
+    notebook_timeout_message,
+    overrun_message,
+    overrun_rest_message,
+)
 from .errors import ExecutionError
 from .judge import Judge
+from .judge_names import python_text
 from .kernel_client import (
     INTERRUPT_GRACE,
     MAX_MESSAGE_BYTES,
@@ -63,8 +75,10 @@ from .kernel_client import (
 )
 from .kernel_reset import TOKEN
 from .markers import is_grader, is_readonly
+from .messages import failure_message, student_text
 from .outcome import CellOutcome
 from .sandbox import Sandbox
+from .secret import SECRET_ENV, SEEDS_ENV, current_secret, seed_table, seeded_names
 
 __all__ = ["INTERRUPT_GRACE", "JUDGED", "MAX_MESSAGE_BYTES", "kernel_env", "run_notebook"]
 
@@ -73,11 +87,27 @@ _RECORD_DONE = "__import__('mlinfra_lab.grading.judge_record', fromlist=['disarm
 _RESET = "__import__('mlinfra_lab.grading.kernel_reset', fromlist=['reset']).{}()"
 
 
-def _judge_env(config: Any) -> tuple[tuple[str, str], ...]:
-    """The kernels' extra environment: ``config.env`` and one hash seed for both kernels."""
-    if any(k == "PYTHONHASHSEED" for k, _ in config.env) or "PYTHONHASHSEED" in os.environ:
-        return tuple(config.env)
-    return (*config.env, ("PYTHONHASHSEED", str(secrets.randbelow(2**32))))
+def _seeds(cells: list[Any], secret: str) -> str:
+    """The seed table of a notebook's grader cells (see `secret`): their exercises and the
+    names their text seeds with."""
+    names: set[str] = set()
+    for cell in cells:
+        if is_grader(cell):
+            exercise = cell.get("metadata", {}).get("exercise")
+            names |= {exercise} if isinstance(exercise, str) else set()
+            names |= seeded_names(python_text(cell.source))
+    return seed_table(names, secret)
+
+
+def _judge_env(config: Any, cells: list[Any]) -> tuple[tuple[str, str], ...]:
+    """The kernels' extra environment: ``config.env`` without the grading secret, the seed
+    table derived from it, and one hash seed for both kernels."""
+    secret = dict(config.env).get(SECRET_ENV) or current_secret()
+    env = tuple((k, v) for k, v in config.env if k not in (SECRET_ENV, SEEDS_ENV))
+    env = (*env, (SEEDS_ENV, _seeds(cells, secret)))
+    if any(k == "PYTHONHASHSEED" for k, _ in env) or "PYTHONHASHSEED" in os.environ:
+        return env
+    return (*env, ("PYTHONHASHSEED", str(secrets.randbelow(2**32))))
 
 
 def run_notebook(
@@ -104,7 +134,7 @@ def run_notebook(
         if on_cell is not None and outcome.outcome != "note":
             on_cell(outcome)
 
-    env = _judge_env(config)
+    env = _judge_env(config, cells)
     sandbox.prepare(workdir, slot)
     kernel = Kernel(workdir, config, sandbox, slot, env)
     judge = None
@@ -179,6 +209,14 @@ def run_notebook(
             got, state = execute(
                 kernel, cell.source, config.cell_timeout, store_history=not trusted
             )
+            over = sandbox.overrun(slot)
+            if over is not None:  # a cap of the whole sandbox: stop here (see `budgets`)
+                limit = config.memory_limit if over == "memory" else config.max_procs
+                record(CellOutcome(cell_id, num, "failed", overrun_message(over, limit)))
+                for later in range(num + 1, len(cells)):
+                    rest = overrun_rest_message(over)
+                    record(CellOutcome(cells[later].get("id"), later, "failed", rest))
+                break
             if config.output_cap and got.printed > config.output_cap:
                 record(
                     CellOutcome(
@@ -213,6 +251,14 @@ def run_notebook(
                 verdict = judge.check(text, names, record_path, config.cell_timeout)
                 if outcome.outcome == "passed" and verdict is not None:
                     outcome = CellOutcome(cell_id, num, "failed", f"{JUDGED}: {verdict}")
+                elif verdict is not None and judge.replayed:  # the student's exception
+                    outcome = CellOutcome(cell_id, num, "failed", student_text(outcome.message))
+                elif verdict is not None and not outcome.message.startswith("Timeout"):
+                    outcome = CellOutcome(cell_id, num, "failed", verdict)  # the judge's words
+            if trusted and not outcome.passed:
+                outcome = CellOutcome(
+                    cell_id, num, outcome.outcome, failure_message(outcome.message, cell.source)
+                )
             record(outcome)
     finally:
         kernel.stop()

@@ -20,9 +20,10 @@ Design decisions:
 - Each file goes through a temporary file in the same folder, ``fsync`` and ``os.replace``:
   a reader sees the old file or the new one, never half of one. The manifest is written
   last, so a run stopped between files leaves a gradebook that `verify_gradebook` reports.
-- Limit: the grading kernels get the secret (hidden tests need it), so code graded in the
-  same run could compute the key; keeping that code away from the gradebook folder is the
-  sandbox's job (issue 14, item 3), not the manifest's.
+- The grading kernels never get the secret (issue 30): they get per-exercise seeds derived
+  from it (`secret.seed_table`), from which the key cannot be computed, so code graded in
+  the same run cannot re-seal a gradebook it rewrote. Keeping that code away from the
+  gradebook folder is still the sandbox's job.
 """
 
 from __future__ import annotations

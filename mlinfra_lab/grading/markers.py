@@ -37,6 +37,8 @@ Design decisions:
   from there on, with the read-only helpers already rebound. The judge runs, before its
   read-only texts, the top-level imports of the other code cells above (solutions left
   out): the instructor's imports, not whatever the student bound to ``np``.
+- The grader's own text runs as the body of a run-once function (`scope`, issue 30): what
+  it binds is gone when it ends, except the names a later grader of the lab reads.
 - The checksum is SHA-256 of the full source text of a grader (hidden tests included): the
   release stores it, so the grader can tell a submission made from an older release.
 
@@ -48,12 +50,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import MarkerError
 from .forbid import PACKAGE_PREFIX, guard_source
 from .judge_names import imports_read, top_level_imports
+from .scope import exported_names, scoped_source
 
 __all__ = [
     "ARM_LINE",
@@ -103,6 +106,7 @@ class GraderCell:
     preamble: tuple[str, ...] = ()  # texts of the readonly cells above it, re-run first
     launchers: tuple[bool, ...] = ()  # per preamble text: a launcher (student's kernel only)
     imports: tuple[str, ...] = ()  # top-level imports of the setup cells above (judge only)
+    exports: tuple[str, ...] = ()  # names it binds that a later grader reads (see `scope`)
 
     @property
     def visible(self) -> str:
@@ -119,10 +123,11 @@ class GraderCell:
 
     @property
     def run_source(self) -> str:
-        """The text grading runs: the readonly cells above it, then the source, all inside
+        """The text grading runs: the readonly cells above it, then the source as the body
+        of a run-once function (`scope`: its values and helpers die with it), all inside
         the `forbid` guard when it has a list (a student cell that redefines a readonly
         helper between the two is undone right before the grader uses it)."""
-        return self._guarded((*self.preamble, ARM_LINE, self.source))
+        return self._guarded((*self.preamble, ARM_LINE, scoped_source(self.source, self.exports)))
 
     @property
     def judge_source(self) -> str:
@@ -359,7 +364,8 @@ def grader_cells(nb: Any, lab: str = "lab") -> list[GraderCell]:
                 tuple(imports),
             )
         )
-    return found
+    exports = exported_names([g.source for g in found])
+    return [replace(g, exports=tuple(sorted(e))) for g, e in zip(found, exports, strict=True)]
 
 
 def readonly_cells(nb: Any, lab: str = "lab") -> list[ReadonlyCell]:

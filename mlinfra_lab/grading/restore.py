@@ -12,6 +12,10 @@ Design decisions:
   cells, and may strip tags; ids survive all of that in Jupyter (nbformat >= 4.5).
 - A deleted grader goes back right after the nearest cell that precedes it in the source and
   still exists in the submission, so it runs after the student's solution cell it tests.
+- Restored cells run in the source's order (issue 30): a student who moves a later grader
+  above an earlier one (to catch, in their function, the reference the later one passes
+  it, then reuse it for the earlier exercise) finds them swapped back; the student's own
+  cells stay where they are.
 - A student's copy of a grader (new id) stays as an ordinary, unscored cell; a duplicate of a
   grader id is dropped. A cell without any id (a tool that saved nbformat < 4.5) is matched
   by the checksum the release put in its metadata.
@@ -113,6 +117,17 @@ def restore_graders(submission_nb: Any, lab: SourceLab) -> tuple[Any, dict[str, 
                 position = present[previous.get("id")] + 1
                 break
         cells.insert(position, _source_cell(lab, restored))
+    _source_order(cells, [c.cell_id for c in lab.restored])
     clear_outputs(cells)
     nb.cells = cells
     return nb, notes
+
+
+def _source_order(cells: list[Any], order: list[str]) -> None:
+    """Put the restored cells of `cells` back in the source's relative order, in place, each
+    in one of the places the restored cells hold (the student's cells do not move)."""
+    rank = {cell_id: k for k, cell_id in enumerate(order)}
+    places = [i for i, c in enumerate(cells) if c.get("id") in rank]
+    ordered = sorted((cells[i] for i in places), key=lambda c: rank[c.get("id")])
+    for i, cell in zip(places, ordered, strict=True):
+        cells[i] = cell

@@ -39,10 +39,22 @@ Design decisions:
 - Intermediate folders of each bound path are created with mode 0755 (bubblewrap's own are
   0700 when it runs as root, which the throwaway user cannot cross).
 - The throwaway uid differs per slot (parallel job), so killing "every process of this uid"
-  after one notebook never touches a neighbour's kernel.
+  after one notebook never touches a neighbour's kernel; and per grading process: each
+  `Sandbox` claims its own block of uids (a lock file per block, `UID_LOCKS`), so two
+  ``grade`` commands on one machine (or two test runs) never kill each other's kernels.
 - A GPU is passed through (``/dev/nvidia*``, ``/sys``) only where one exists.
-- Limits set before exec: address space (``RLIMIT_AS``, see `budgets`), file size (so a
-  kernel cannot fill the disk through its log or its folder) and core dumps off.
+- Limits set before exec: the sandbox's control group (`cgroups`: memory and tasks of all
+  its processes together, where this machine allows), address space (``RLIMIT_AS``, see
+  `budgets`), file size (so a kernel cannot fill the disk through its log or its folder)
+  and core dumps off.
+- Disk (issue 30): the kernel's home, temporary folder and working directory
+  (`HOME_DIR`), ``/tmp`` and ``/dev/shm`` are tmpfs of ``disk_limit`` bytes each
+  (bubblewrap's ``--size``); its working folder on the host holds only its sockets and
+  connection file, and `Sandbox.seal` makes it root's once the kernel answers, so nothing
+  new reaches the host's disk (the judge's record files are made by the grader, see
+  `judge`). Without root the folder cannot be sealed: `Sandbox.limits_missing` says so.
+- bubblewrap itself starts with an environment of its own (`_BWRAP_ENV`), never the
+  grader's: its init process is readable in the sandbox's ``/proc``.
 """
 
 from __future__ import annotations
@@ -58,6 +70,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from .cgroups import CgroupCaps, Group
 from .errors import GradingError
 
 __all__ = [
@@ -67,12 +80,17 @@ __all__ = [
     "RlimitSandbox",
     "Sandbox",
     "SandboxUnavailable",
+    "HOME_DIR",
     "make_sandbox",
 ]
 
 SANDBOX_KINDS = ("auto", "bwrap", "rlimit")
-SANDBOX_UID_BASE = 61000  # throwaway uids (not in /etc/passwd): 61000 + the job slot
+SANDBOX_UID_BASE = 100_000  # throwaway uids (in no passwd file): a block's base + the job slot
+UID_BLOCK = 4096  # uids per grading process: job slots, and the judges' (slot + 1000)
+UID_BLOCKS = 256  # sandboxes (grading processes) that can exist side by side on one machine
+UID_LOCKS = "/tmp/mlinfra-sandbox-uids"  # one lock file per block, held while a block is used
 MAX_FILE_BYTES = 1 << 30  # RLIMIT_FSIZE: the largest file a kernel may write
+HOME_DIR = "home"  # the kernel's home, temporary folder and cwd, inside its working folder
 _ETC = (
     "/etc/passwd",
     "/etc/group",
@@ -85,15 +103,27 @@ _ETC = (
 )
 
 
+# bubblewrap itself gets no environment of the grader's: its init process inside the PID
+# namespace keeps the environment it was started with (``--clearenv`` applies to the
+# command), and without root the kernel could read it in /proc/1/environ (the grading
+# secret, credentials). The kernel's own environment is passed with --setenv.
+_BWRAP_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
 class SandboxUnavailable(GradingError):
     """The requested sandbox cannot run on this machine (the message says what to install)."""
 
 
-def _limits(memory_limit: int | None, uid: int | None) -> Callable[[], None]:
-    """A ``preexec_fn``: resource limits, then (fallback only) the throwaway user."""
+def _limits(
+    memory_limit: int | None, uid: int | None, group: Group | None = None
+) -> Callable[[], None]:
+    """A ``preexec_fn``: the control group, resource limits, then (fallback only) the
+    throwaway user."""
     import resource
 
     def apply() -> None:
+        if group is not None:
+            group.join(os.getpid())
         if memory_limit is not None:
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
         resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
@@ -106,6 +136,26 @@ def _limits(memory_limit: int | None, uid: int | None) -> Callable[[], None]:
     return apply
 
 
+def _claim_uid_block() -> tuple[int, int]:
+    """(the first uid of a block of `UID_BLOCK` throwaway uids no other grading process on
+    this machine holds, the open lock file that holds it for this process's life)."""
+    import fcntl
+
+    os.makedirs(UID_LOCKS, mode=0o755, exist_ok=True)
+    for k in range(UID_BLOCKS):
+        fd = os.open(os.path.join(UID_LOCKS, f"{k}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return SANDBOX_UID_BASE + k * UID_BLOCK, fd
+    raise SandboxUnavailable(
+        f"all {UID_BLOCKS} blocks of throwaway uids are held by other grading processes "
+        f"on this machine (locks in {UID_LOCKS}); wait for one to finish"
+    )
+
+
 class Sandbox:
     """Start and end one kernel per working folder (see the module docstring)."""
 
@@ -114,17 +164,76 @@ class Sandbox:
 
     def __init__(self) -> None:
         self.root = os.geteuid() == 0
+        self.uid_base, self._uid_lock = _claim_uid_block() if self.root else (0, -1)
+        self.caps = CgroupCaps.probe()
+        self.groups: dict[int, Group] = {}
+
+    def group(self, slot: int, memory: int | None, procs: int | None) -> Group | None:
+        """A fresh control group for the sandbox of `slot` (None: no caps, or none here)."""
+        old = self.groups.pop(slot, None)
+        if old is not None:
+            old.close()
+        try:
+            group = self.caps.group(f"s{slot}", memory, procs)
+        except OSError:
+            group = None
+        if group is not None:
+            self.groups[slot] = group
+        return group
+
+    def overrun(self, slot: int) -> str | None:
+        """The cap ("memory", "processes") the sandbox of `slot` ran into, or None."""
+        group = self.groups.get(slot)
+        return group.overrun() if group is not None else None
+
+    def seal(self, workdir: Path, slot: int) -> None:
+        """After the kernel has made its sockets: its host folder becomes read-only to it
+        (as root: owned by root again), so it can write only to its size-capped tmpfs
+        and to the record files the judge hands it (see `judge`)."""
+        if self.uid(slot) is None:
+            return
+        for path in (workdir / "kernel.json", workdir):
+            if path.exists():
+                os.chown(path, 0, 0)
+        os.chmod(workdir, 0o755)
+
+    def limits_missing(self, memory: int | None, procs: int | None, disk: int | None) -> list[str]:
+        """One line per budget asked for that this sandbox cannot enforce here."""
+        lines = []
+        if (memory is not None or procs is not None) and self.caps.kind == "none":
+            which = " and ".join(
+                n for n, v in (("memory", memory), ("process-count", procs)) if v is not None
+            )
+            lines.append(
+                f"the {which} budget is not enforced for a sandbox's processes together: "
+                f"{self.caps.missing}; memory falls back to an address-space limit per process"
+            )
+        if disk is not None and (self.kind != "bwrap" or not self.root):
+            lines.append(
+                "the disk budget is enforced only by the bubblewrap sandbox run as root (a "
+                "size-capped tmpfs, and a working folder the kernel cannot write); here a "
+                "kernel can write up to 1 GiB per file in its working folder"
+            )
+        return lines
+
+    def __del__(self) -> None:
+        if getattr(self, "_uid_lock", -1) >= 0:
+            os.close(self._uid_lock)
+            self._uid_lock = -1
 
     def uid(self, slot: int) -> int | None:
         """The throwaway uid of `slot` when running as root, else None (keep the user)."""
-        return SANDBOX_UID_BASE + slot if self.root else None
+        return self.uid_base + slot if self.root else None
 
     def prepare(self, workdir: Path, slot: int) -> None:
-        """Create `workdir` (empty, private) and give it to the sandbox's user."""
+        """Create `workdir` (empty, private) and its `HOME_DIR`, and give both to the
+        sandbox's user."""
         workdir.mkdir(mode=0o700)
+        (workdir / HOME_DIR).mkdir(mode=0o700)
         uid = self.uid(slot)
         if uid is not None:
             os.chown(workdir, uid, uid)
+            os.chown(workdir / HOME_DIR, uid, uid)
 
     def popen(
         self,
@@ -134,6 +243,8 @@ class Sandbox:
         log: IO[bytes],
         memory_limit: int | None,
         slot: int,
+        max_procs: int | None = None,
+        disk_limit: int | None = None,
     ) -> subprocess.Popen:
         raise NotImplementedError
 
@@ -148,6 +259,9 @@ class Sandbox:
         uid = self.uid(slot)
         if uid is not None:
             _kill_uid(uid)
+        group = self.groups.pop(slot, None)
+        if group is not None:
+            group.close()
 
 
 def _kill_uid(uid: int) -> None:
@@ -218,7 +332,7 @@ class RlimitSandbox(Sandbox):
                 capture_output=True,
                 timeout=60,
                 cwd="/",
-                preexec_fn=_limits(None, SANDBOX_UID_BASE),
+                preexec_fn=_limits(None, self.uid_base),
             )
         except (OSError, subprocess.SubprocessError):
             return False
@@ -232,17 +346,20 @@ class RlimitSandbox(Sandbox):
         log: IO[bytes],
         memory_limit: int | None,
         slot: int,
+        max_procs: int | None = None,
+        disk_limit: int | None = None,
     ) -> subprocess.Popen:
         marker = self.markers[slot] = f"{slot}-{os.urandom(16).hex()}"
+        group = self.group(slot, memory_limit, max_procs)
         return subprocess.Popen(
             list(argv),
-            cwd=workdir,
+            cwd=workdir / HOME_DIR,
             env={**env, self.MARKER_ENV: marker},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_limits(memory_limit, self.uid(slot)),
+            preexec_fn=_limits(memory_limit, self.uid(slot), group),
         )
 
     def kill(self, proc: subprocess.Popen, slot: int) -> None:
@@ -342,7 +459,12 @@ class BwrapSandbox(Sandbox):
         return args
 
     def command(
-        self, argv: Sequence[str], workdir: Path, env: Mapping[str, str], slot: int
+        self,
+        argv: Sequence[str],
+        workdir: Path,
+        env: Mapping[str, str],
+        slot: int,
+        disk_limit: int | None = None,
     ) -> list[str]:
         """The full bwrap command line that runs `argv` in the sandbox."""
         cmd = [
@@ -358,15 +480,18 @@ class BwrapSandbox(Sandbox):
             "/proc",
             "--dev",
             "/dev",
+            *_sized(disk_limit),
             "--tmpfs",
             "/tmp",
+            *_sized(disk_limit),
             "--tmpfs",
             "/dev/shm",
         ]
         if not self.root:
             cmd.append("--unshare-user")
         cmd += self._mounts(workdir)
-        cmd += ["--chdir", str(workdir), "--clearenv"]
+        cmd += ["--perms", "01777", *_sized(disk_limit), "--tmpfs", str(workdir / HOME_DIR)]
+        cmd += ["--chdir", str(workdir / HOME_DIR), "--clearenv"]
         for key, value in env.items():
             cmd += ["--setenv", key, value]
         if self.root:  # drop to the throwaway user, with no way back
@@ -393,16 +518,25 @@ class BwrapSandbox(Sandbox):
         log: IO[bytes],
         memory_limit: int | None,
         slot: int,
+        max_procs: int | None = None,
+        disk_limit: int | None = None,
     ) -> subprocess.Popen:
+        group = self.group(slot, memory_limit, max_procs)
         return subprocess.Popen(
-            self.command(argv, workdir, env, slot),
+            self.command(argv, workdir, env, slot, disk_limit),
             cwd=workdir,
+            env=_BWRAP_ENV,  # bwrap's own: its processes in the sandbox are readable there
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_limits(memory_limit, None),
+            preexec_fn=_limits(memory_limit, None, group),
         )
+
+
+def _sized(limit: int | None) -> list[str]:
+    """bubblewrap's size option for the next ``--tmpfs`` (none: the tmpfs default)."""
+    return ["--size", str(int(limit))] if limit else []
 
 
 def _bwrap_works(sandbox: BwrapSandbox) -> str | None:
