@@ -93,6 +93,10 @@ BENCH_TARGETS: dict[str, tuple[str, str]] = {
         _STALENESS,
         "time the async parameter-server simulator (64 workers x 20,000 updates)",
     ),
+    "grading": (
+        _GRADING,
+        "grade a generated class of 200 warm-up submissions: feedback, Canvas export",
+    ),
 }
 
 

@@ -149,7 +149,15 @@ def _points(rows: dict[str, dict]) -> dict[str, float]:
 
 def test_gradebook_has_the_columns_and_every_student(graded):
     _, _, by_student, book, _ = graded
-    assert book["columns"] == ["student", "lab", "exercise", "points", "max", "message"]
+    # the contract of gradebook.csv (its module docstring, grade --help): one row per student,
+    # lab and exercise; ``comment`` holds the instructor's comments (grade --manual), empty
+    # until one is entered. The JSON names the same columns and its rows carry them.
+    columns = ["student", "lab", "exercise", "points", "max", "message", "comment"]
+    assert book["columns"] == columns
+    rows = [r for by_exercise in by_student.values() for r in by_exercise.values()]
+    assert all(list(r) == columns for r in rows)  # the CSV header, in this order
+    assert all(list(r) == columns for r in book["rows"])
+    assert all(r["comment"] == "" for r in rows)
     assert sorted(by_student) == ["alice", "bob", "carol", "dave", "erin", "mallory"]
     assert all(r["lab"] == "00_warmup" for rows in by_student.values() for r in rows.values())
 

@@ -13,6 +13,11 @@ seconds and the seconds per submission).
 Design decisions:
 - One ``grade`` process, as an instructor runs it, so imports, kernel starts, the judge,
   the database and every output count; the clock runs around the whole command.
+- That process is the installed ``mlinfra-lab`` command (the console script of
+  pyproject.toml, found beside this Python), not a module of this package run by name: the
+  benchmark times the program an instructor types, and the grading package does not
+  depend on the top-level command module that lists it (`mlinfra_lab.cli` loads
+  `mlinfra_lab.grading.cli`, which loads this module).
 - The answers are the lab's own: right ones from the source, wrong ones from the cells
   ``validate`` proves each grader fails, so the class exercises failing graders too.
 - A total that does not match the mix stops the benchmark (exit 1): a timing of a grader
@@ -32,6 +37,7 @@ import platform
 import random
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -45,6 +51,7 @@ __all__ = ["BENCH_HELP", "BenchConfig", "BenchError", "add_bench_args", "main", 
 
 BENCH_HELP = "grade a generated class of 200 warm-up submissions: feedback, Canvas export"
 REPO = Path(__file__).resolve().parents[2]
+COMMAND = "mlinfra-lab"  # the console script pyproject.toml installs
 LAB = "00_warmup"
 SECRET = "bench-grading-secret"
 
@@ -135,6 +142,22 @@ def _check(gb: Path, expected: dict[str, float]) -> dict[str, int]:
     return {"feedback_reports": len(reports), "canvas_rows": len(canvas) - 2}
 
 
+def grade_program() -> list[str]:
+    """How to start the installed ``mlinfra-lab`` with this Python: ``[python, script]``.
+
+    The script is looked for where this interpreter's installs put scripts (a virtual
+    environment's ``bin``), then beside the interpreter; `BenchError` says how to install
+    it when neither has it."""
+    for folder in (sysconfig.get_path("scripts"), str(Path(sys.executable).parent)):
+        script = Path(folder) / COMMAND
+        if script.is_file():
+            return [sys.executable, str(script)]
+    raise BenchError(
+        f"no {COMMAND!r} command installed for {sys.executable}; install the package "
+        '(pip install -e ".[grading]" in the checkout, or make setup)'
+    )
+
+
 def run_bench(config: BenchConfig) -> dict:
     """Generate, grade and check the class (see the module docstring); the record."""
     if not (REPO / "labs" / f"{LAB}.ipynb").is_file():
@@ -147,11 +170,14 @@ def run_bench(config: BenchConfig) -> dict:
     with where as tmp:
         root = Path(tmp)
         expected, counts = _class(root / "submissions", config)
-        argv = [
-            sys.executable, "-m", "mlinfra_lab.cli", "grade", str(root / "submissions"),
-            "--source", str(REPO / "labs" / f"{LAB}.ipynb"), "--out", str(root / "gradebook"),
+        flags = [
             "--jobs", str(config.jobs), "--feedback", "--export", "canvas", "--summary",
             *([] if config.judge else ["--no-judge"]),
+        ]  # fmt: skip
+        argv = [
+            *grade_program(), "grade", str(root / "submissions"),
+            "--source", str(REPO / "labs" / f"{LAB}.ipynb"), "--out", str(root / "gradebook"),
+            *flags,
         ]  # fmt: skip
         env = {**os.environ, "MLINFRA_GRADE_SECRET": SECRET}
         start = time.perf_counter()
@@ -188,7 +214,7 @@ def run_bench(config: BenchConfig) -> dict:
             "load_average_1min_after": load,
         },
         "command": "mlinfra-lab grade SUBMISSIONS --source labs/00_warmup.ipynb --out GRADEBOOK "
-        + " ".join(argv[9:]),
+        + " ".join(flags),
     }
 
 

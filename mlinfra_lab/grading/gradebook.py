@@ -42,7 +42,7 @@ from pathlib import Path
 
 from .grade import GradeReport
 from .manifest import write_files
-from .manual_scores import SHEET_COLUMNS, manual_sheet_rows
+from .manual_sheet import SHEET_COLUMNS, manual_sheet_rows
 from .secret import SECRET_ENV, current_secret
 
 __all__ = ["COLUMNS", "Comments", "csv_safe", "gradebook_rows", "write_gradebook"]

@@ -1,7 +1,7 @@
 """Merge the instructor's points and comments into a gradebook.
 
-Contract: grading writes ``manual.csv`` beside the gradebook (`manual_sheet_rows`: student,
-lab, exercise, cell_id, max, points, comment, answer; points empty while pending). The
+Contract: grading writes ``manual.csv`` beside the gradebook (`manual_sheet.manual_sheet_rows`:
+student, lab, exercise, cell_id, max, points, comment, answer; points empty while pending). The
 instructor fills in points (and comments); `sheet_entries(report, sheet)` checks every row
 against the gradebook and returns the entries to store; `merge_manual_scores(gradebook_dir,
 scores_csv, secret)` verifies the gradebook against its manifest, appends those entries to
@@ -31,52 +31,22 @@ import csv
 import getpass
 import math
 from pathlib import Path
-from typing import Any
 
 from .errors import GradingError
 from .grade import GradeReport
-from .manual import PENDING
+from .views import BookSession
 
 __all__ = [
-    "SHEET_COLUMNS",
     "ManualScoreError",
-    "manual_sheet_rows",
     "merge_manual_scores",
     "sheet_entries",
 ]
-
-SHEET_COLUMNS = ("student", "lab", "exercise", "cell_id", "max", "points", "comment", "answer")
 
 Entry = tuple[str, str, str, float | None, str | None]  # student, lab, cell id, points, comment
 
 
 class ManualScoreError(GradingError):
     """A scores sheet that cannot be merged (the message names the line and the fix)."""
-
-
-def manual_sheet_rows(
-    report: GradeReport, comments: dict[tuple[str, str, str], str] | None = None
-) -> list[dict[str, Any]]:
-    """One row per written answer in `report` (`SHEET_COLUMNS`); points empty while pending,
-    the comment the instructor's latest (`comments`, by student, lab and cell id)."""
-    comments = comments or {}
-    rows = []
-    for result in report.results:
-        for c in result.cells:
-            if c.manual:
-                rows.append(
-                    {
-                        "student": result.student,
-                        "lab": result.lab,
-                        "exercise": c.exercise,
-                        "cell_id": c.cell_id,
-                        "max": _number(c.max_points),
-                        "points": "" if c.message.startswith(PENDING) else _number(c.points),
-                        "comment": comments.get((result.student, result.lab, c.cell_id), ""),
-                        "answer": c.answer,
-                    }
-                )
-    return rows
 
 
 def _number(x: float) -> float | int:
@@ -160,8 +130,6 @@ def merge_manual_scores(
 ) -> tuple[GradeReport, int]:
     """Store the entries of `scores_csv` in the verified gradebook of `gradebook_dir` (by
     `by`, default the login name) and rewrite its views; (the report, entries stored)."""
-    from .views import BookSession
-
     folder, sheet = Path(gradebook_dir), Path(scores_csv)
     in_place = sheet.resolve() == (folder / "manual.csv").resolve()  # filled in where it lay
     with BookSession(folder, secret, filled_in=in_place) as book:
