@@ -22,6 +22,10 @@ Design decisions:
 - The loader is also run alone for a few batches before training (step 1b of the course
   text): its rate, against the rate training consumes, is the loader's headroom.
 
+- The profiler's start, steps, stop and export run inside `profiling.quiet_kineto`, so
+  Kineto's progress lines (``USDT:... profiler_start``) never reach the notebook the ranks
+  print into; each block is one profiler call, so the rest of the step's stderr is not held.
+
 Caveats: the step-boundary synchronisation on a GPU costs a little overlap between steps;
 the emulated device time of `RunConfig` is a sleep (see `config.py`).
 """
@@ -43,6 +47,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mlinfra_lab.errors import MlinfraError
+from mlinfra_lab.profiling import quiet_kineto
 from mlinfra_lab.scaling.config import RunConfig
 from mlinfra_lab.scaling.results import SCHEMA
 from mlinfra_lab.scaling.workload import SyntheticBatches, build_model, shared_lock_path
@@ -251,17 +256,47 @@ def _busy(intervals: list[list[float]]) -> float:
     return total
 
 
-def _profiler(cuda: bool, config: RunConfig) -> Any:
+class _QuietProfiler:
+    """A `torch.profiler.profile` whose every call prints none of Kineto's progress lines:
+    ``with``, `step` and `export_chrome_trace` each run inside `quiet_kineto`."""
+
+    def __init__(self, profiler: Any) -> None:
+        self._profiler = profiler
+
+    def __enter__(self) -> _QuietProfiler:
+        with quiet_kineto():
+            self._profiler.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with quiet_kineto():
+            self._profiler.__exit__(*exc)
+
+    def step(self) -> None:
+        with quiet_kineto():
+            self._profiler.step()
+
+    def export_chrome_trace(self, path: str) -> None:
+        with quiet_kineto():
+            self._profiler.export_chrome_trace(path)
+
+
+def _profiler(cuda: bool, config: RunConfig) -> _QuietProfiler:
     """A profiler that records the timed steps only: the warm-up steps are skipped (the
-    last one warms the profiler up, its events discarded), as the phase medians skip them."""
+    last one warms the profiler up, its events discarded), as the phase medians skip them;
+    it prints no Kineto progress lines (`_QuietProfiler`)."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     warm = min(1, config.warmup)
-    return profile(
-        activities=activities,
-        record_shapes=True,
-        schedule=schedule(wait=config.warmup - warm, warmup=warm, active=config.steps, repeat=1),
+    return _QuietProfiler(
+        profile(
+            activities=activities,
+            record_shapes=True,
+            schedule=schedule(
+                wait=config.warmup - warm, warmup=warm, active=config.steps, repeat=1
+            ),
+        )
     )
 
 
