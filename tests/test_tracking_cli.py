@@ -127,6 +127,18 @@ def test_bench_tracking_quick_run_without_mlflow(tmp_path, capsys):
     assert {"versions", "machine", "config", "date"} <= set(res)
 
 
+def test_bench_tracking_takes_mlflow_async_scale_and_refuses_a_bad_one(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    quick = ["bench", "tracking", "--scale", "0.0002", "--repeats", "2", "--no-mlflow"]
+    quick += ["--no-server", "--workdir", str(tmp_path), "--out", str(out)]
+    assert main([*quick, "--mlflow-scale", "0.0001", "--mlflow-async-scale", "0.5"]) == 0
+    cfg = json.loads(out.read_text())["config"]
+    assert (cfg["mlflow_scale"], cfg["mlflow_async_scale"]) == (0.0001, 0.5)
+    capsys.readouterr()
+    assert main([*quick, "--mlflow-async-scale", "0"]) != 0
+    assert "--mlflow-async-scale" in capsys.readouterr().err
+
+
 def test_chapter_measurements_small(tmp_path):
     ivr = experiments.inline_vs_reference(tmp_path, runs=10, blob_bytes=50_000, repeats=1)
     assert ivr["inline"]["db_bytes"] > 10 * 50_000 > ivr["reference"]["db_bytes"]

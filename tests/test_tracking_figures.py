@@ -90,3 +90,25 @@ def test_the_benchmark_figure_with_and_without_mlflow():
         "MLflow server,\nper step",
     ]
     assert len(all_five.axes[0].patches) == 5
+
+
+def test_the_benchmark_figure_draws_mlflow_async_logging_with_its_scale():
+    search = {"db_runs": 10, "queries": [{"name": "a", "p50_ms": 1.0}]}
+    ours = {"log": {"points_per_s": 1e5}, "search": search}
+    mlflow = {
+        "log": {"points_per_s": 1e3},
+        "log_async": {"points_per_s": 8e2, "scale": 0.2},
+        "log_batched_1000": {"points_per_s": 1e4},
+        "search": search,
+    }
+    cfg = {"scale": 1.0, "mlflow_scale": 0.02, "mlflow_async_scale": 0.2}
+    fig = experiments.plot_bench({"config": cfg, "systems": {"mlinfra": ours, "mlflow": mlflow}})
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert labels == [
+        "this store",
+        "MLflow,\nper step\n(2% scale)",
+        "MLflow async,\nper step\n(20% scale)",
+        "MLflow,\nbatches of 1000",
+    ]
+    assert heights == [1e5, 1e3, 8e2, 1e4]

@@ -140,10 +140,11 @@ def _bench(args: argparse.Namespace) -> int:
 
     from mlinfra_lab.tracking.bench import BenchConfig, mlflow_available, run_benchmark, save
 
-    if args.scale <= 0 or any(
-        s is not None and s <= 0 for s in (args.mlflow_scale, args.server_scale)
-    ):
-        raise CommandError("--scale, --mlflow-scale and --server-scale must be positive")
+    scales = (args.mlflow_scale, args.mlflow_async_scale, args.server_scale)
+    if args.scale <= 0 or any(s is not None and s <= 0 for s in scales):
+        raise CommandError(
+            "--scale, --mlflow-scale, --mlflow-async-scale and --server-scale must be positive"
+        )
     if not args.no_mlflow and not mlflow_available():
         print(
             "MLflow is not importable here: its in-process store is not measured"
@@ -156,6 +157,7 @@ def _bench(args: argparse.Namespace) -> int:
     cfg = BenchConfig(
         scale=args.scale,
         mlflow_scale=args.mlflow_scale,
+        mlflow_async_scale=args.mlflow_async_scale,
         search_repeats=args.repeats,
         with_mlflow=not args.no_mlflow,
         with_server=not args.no_server,
@@ -177,6 +179,12 @@ def _bench(args: argparse.Namespace) -> int:
             f"mlflow:  {m['log']['points_per_s']:,.0f} points/s (batched 1000: "
             f"{m['log_batched_1000']['points_per_s']:,.0f}), {m['create']['runs_per_s']:,.1f} runs/s, "
             f"search p50 {m['search']['p50_ms']:.2f} ms p99 {m['search']['p99_ms']:.2f} ms"
+        )
+        a = m["log_async"]
+        print(
+            f"mlflow async (log_batch synchronous=False, scale {a['scale']}): "
+            f"{a['points_per_s']:,.0f} points/s until stored, {a['call_seconds']:.2f} s "
+            f"inside the calls of {a['seconds']:.2f} s"
         )
         print(
             "ratios: "
@@ -356,6 +364,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         type=float,
         default=None,
         help="MLflow's own scale for logging and creating runs (it is ~100x slower); default --scale",
+    )
+    b.add_argument(
+        "--mlflow-async-scale",
+        type=float,
+        default=None,
+        help="scale of MLflow's asynchronous logging (log_batch synchronous=False, one call "
+        "per step, timed until every point is stored); default --mlflow-scale",
     )
     b.add_argument("--repeats", type=int, default=30, help="timed calls per search query")
     b.add_argument(
