@@ -23,8 +23,16 @@ The workflow of an instructor, one module per step:
   the grader there, `judge_names` says which names a grader takes from the student.
 - `grade`: score each grader cell; `gradebook`: write the CSV and JSON; `manifest`: the
   gradebook's hashes and seal (``grade --verify``); `merge`: join chunked runs (``--merge``).
+- `gradebook_db`: the record those files are views of (``gradebook.sqlite``: runs, manual
+  entries, late policies, by student x lab x cell); `views`: `BookSession`, the gradebook
+  folder opened verified, changed and rewritten; `regrade`: ``grade --student``/``--force``
+  into it, keeping what the instructor entered; `late`: ``--due`` and `late_penalty`.
 - `manual`: written answers (markdown cells tagged ``manual``) that grading lists for the
-  instructor; `manual_scores`: merge the instructor's points back (``grade --manual``).
+  instructor in `manual_sheet` (``manual.csv``); `manual_scores`: merge the instructor's
+  points back (``grade --manual``).
+- `feedback`: a report per student (`write_feedback`, `release_feedback` into each
+  student's folder); `export`: one row per student for an LMS (`write_export`: Canvas,
+  Moodle, CSV); `class_summary`: the instructor's table and histograms (`write_summary`).
 - `validate`: prove every grader passes on the source and fails on the release and on
   every wrong answer.
 
@@ -32,6 +40,7 @@ Command line: ``mlinfra-lab release``, ``mlinfra-lab grade [--secret S]``,
 ``mlinfra-lab validate [--secret S]``.
 """
 
+from .class_summary import write_summary
 from .errors import (
     CallGuardError,
     ExecutionError,
@@ -44,9 +53,13 @@ from .errors import (
     WireError,
 )
 from .execute import CellOutcome, ExecutionConfig, run_notebooks
+from .export import ExportError, write_export
+from .feedback import release_feedback, write_feedback
 from .forbid import forbid_calls, forbidden_codes, guard_source
 from .grade import CellResult, GradeConfig, GradeReport, GradeResult, grade_submissions
 from .gradebook import csv_safe, gradebook_rows, write_gradebook
+from .gradebook_db import GradebookDB, GradebookDBError
+from .late import LatePolicyError, late_penalty
 from .manifest import ManifestError, Verification, verify_gradebook
 from .manual import ManualCell, manual_cells
 from .manual_scores import ManualScoreError, merge_manual_scores
@@ -65,22 +78,29 @@ from .secret import DEFAULT_SECRET, SECRET_ENV, grading_rng, grading_seed
 from .submissions import SourceLab, Submission, SubmissionProblem, load_source_labs
 from .validate import ValidationProblem, ValidationReport, validate_labs
 from .variants import WrongAnswer, variant_notebook, wrong_answers
+from .views import BookError, BookSession
 
 __all__ = [
     "DEFAULT_SECRET",
     "SECRET_ENV",
+    "BookError",
+    "BookSession",
     "CallGuardError",
     "CellOutcome",
     "CellResult",
     "ExecutionConfig",
     "ExecutionError",
+    "ExportError",
     "ForbiddenCallError",
     "GradeConfig",
     "GradeReport",
     "GradeResult",
+    "GradebookDB",
+    "GradebookDBError",
     "GraderCell",
     "GradingError",
     "JudgeError",
+    "LatePolicyError",
     "ManifestError",
     "ManualCell",
     "ManualScoreError",
@@ -93,8 +113,8 @@ __all__ = [
     "SubmissionError",
     "SubmissionProblem",
     "ValidationProblem",
-    "Verification",
     "ValidationReport",
+    "Verification",
     "WireError",
     "WrongAnswer",
     "csv_safe",
@@ -106,11 +126,13 @@ __all__ = [
     "grading_rng",
     "grading_seed",
     "guard_source",
+    "late_penalty",
     "load_source_labs",
     "manual_cells",
     "merge_manual_scores",
     "readonly_cells",
     "release_dir",
+    "release_feedback",
     "release_node",
     "release_notebook",
     "replace_solutions",
@@ -119,8 +141,11 @@ __all__ = [
     "strip_hidden",
     "using_reference",
     "validate_labs",
-    "verify_gradebook",
     "variant_notebook",
+    "verify_gradebook",
+    "write_export",
+    "write_feedback",
     "write_gradebook",
+    "write_summary",
     "wrong_answers",
 ]
