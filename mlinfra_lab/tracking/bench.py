@@ -350,12 +350,16 @@ def save(result: dict[str, Any], out: str | os.PathLike = "benchmarks/results") 
     return path
 
 
-def load_latest(results_dir: str | os.PathLike | None = None) -> tuple[Path, dict[str, Any]] | None:
+def load_latest(
+    results_dir: str | os.PathLike | None = None, needs: str | None = None
+) -> tuple[Path, dict[str, Any]] | None:
     """The newest committed ``*tracking*.json`` result and its path (None when there is none).
 
-    Looks in `results_dir`, else in the committed ``benchmarks/results`` (a source checkout's
-    or the installed wheel's copy, `mlinfra_lab.results`), else in ``./benchmarks/results``
-    and ``../benchmarks/results``.
+    Newest by the ``date`` the result records, not by file name (``cpu-tracking-server-...``
+    sorts after every dated name); with `needs`, only results whose ``systems`` hold that
+    system (``"mlflow"``, ``"served"``, ``"mlflow_server"``). Looks in `results_dir`, else in
+    the committed ``benchmarks/results`` (a source checkout's or the installed wheel's copy,
+    `mlinfra_lab.results`), else in ``./benchmarks/results`` and ``../benchmarks/results``.
     """
     candidates = (
         [Path(results_dir)]
@@ -367,7 +371,11 @@ def load_latest(results_dir: str | os.PathLike | None = None) -> tuple[Path, dic
         ]
     )
     for d in candidates:
-        files = sorted(d.glob("*tracking*.json")) if d.is_dir() else []
-        if files:
-            return files[-1], json.loads(files[-1].read_text())
+        found = [
+            (f, json.loads(f.read_text()))
+            for f in (sorted(d.glob("*tracking*.json")) if d.is_dir() else [])
+        ]
+        found = [(f, r) for f, r in found if needs is None or needs in r.get("systems", {})]
+        if found:
+            return max(found, key=lambda fr: fr[1].get("date", ""))
     return None
