@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from mlinfra_lab import runtime
+from mlinfra_lab.ci.notebook_record import source_fingerprint
 from mlinfra_lab.cli import build_parser, main
 
 pytestmark = pytest.mark.foundation
@@ -127,14 +128,17 @@ def test_console_script_is_installed() -> None:
 
 def test_toc_entries_exist_and_every_notebook_is_in_the_toc() -> None:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]] + [c["file"] for p in toc["parts"] for c in p["chapters"]]
+    entries = [c for p in toc["parts"] for c in p["chapters"]]
+    sections = [s for c in entries for s in c.get("sections", [])]
+    files = [toc["root"]] + [c["file"] for c in [*entries, *sections]]
     # The book shows the student edition of each lab (book/labs/, tests/test_student_edition.py).
     published = [*ROOT.glob("book/*.ipynb"), *ROOT.glob("book/labs/*.ipynb")]
     found = {str(p.relative_to(ROOT).with_suffix("")) for p in published}
     for entry in files:
         assert any((ROOT / f"{entry}{ext}").exists() for ext in (".md", ".ipynb")), entry
     assert found <= set(files), f"notebooks missing from _toc.yml: {sorted(found - set(files))}"
-    chapters = [f for f in files if f.startswith("book/0")]
+    chapters = [c["file"] for c in entries if c["file"].startswith("book/0")]
+    assert all(s["file"].startswith("book/appendix_") for s in sections), sections
     labs = [f for f in files if f.startswith("book/labs/")]
     assert len(chapters) == 5 and len(labs) >= 5
 
@@ -192,19 +196,34 @@ def test_readme_first_screen_names_the_system_packages_make_test_checks() -> Non
 
 
 def test_the_gpu_notebook_record_is_complete_and_shown_in_the_readme() -> None:
-    """Every notebook passed on the GPU within 60 s a cell, and the README shows that run."""
+    """Every notebook passed on the GPU within 60 s a cell, and the README shows that run;
+    notebooks changed (or added) after the record are named as not run on a GPU as they are."""
     records = sorted((ROOT / "benchmarks" / "results").glob("h200-notebooks-*.json"))
     assert records, "no GPU notebook record: run `make test-gpu` on a GPU and commit it"
     record = json.loads(records[-1].read_text())
     assert record["all_passed"] and record["device"]["device_name"] and record["date"]
-    ran = {e["notebook"] for e in record["notebooks"]}
+    ran = {e["notebook"]: e for e in record["notebooks"]}
     expected = {
         str(p.relative_to(ROOT)) for p in [*ROOT.glob("book/*.ipynb"), *ROOT.glob("labs/*.ipynb")]
     }
-    assert ran == expected, f"notebooks not in the GPU record: {sorted(expected - ran)}"
+    assert set(ran) <= expected, f"the record names notebooks that are gone: {set(ran) - expected}"
+    stale = sorted(
+        nb
+        for nb in expected
+        if nb not in ran or ran[nb].get("source_fingerprint") != source_fingerprint(ROOT / nb)
+    )
     assert all(
         e["slowest_cell_seconds"] <= record["cell_timeout_s"] <= 60 for e in record["notebooks"]
     )
+    readme = (ROOT / "README.md").read_text()
+    marker = "Not run on a GPU as they are now"
+    if stale:
+        assert marker in readme, f"README cites the GPU record for changed notebooks: {stale}"
+        note = readme[readme.index(marker) :].split("\n\n")[0]
+        missing = [nb for nb in stale if f"`{nb}`" not in note]
+        assert not missing, f"README's not-run note leaves out {missing}"
+    else:
+        assert marker not in readme, "every notebook is in the record: drop README's not-run note"
     readme = (ROOT / "README.md").read_text()
     assert records[-1].name in readme
     for e in record["notebooks"]:

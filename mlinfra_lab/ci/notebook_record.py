@@ -4,7 +4,9 @@ Contract: ``python -m mlinfra_lab.ci.notebook_record --out FILE.json NOTEBOOK_OR
 runs every notebook with ``pytest --nbval-lax`` (a per-cell timeout, default 60 s;
 ``--jobs N`` notebooks at once) and writes a JSON record: the device and software versions,
 the date, and per notebook whether it passed, its cells, its wall-clock seconds, its slowest
-cell and, for every failing cell, why (the timeout or the exception). The exit status is 1 when any notebook failed, so ``make test-gpu`` fails too.
+cell, for every failing cell why (the timeout or the exception), and a fingerprint of the
+code it ran (`source_fingerprint`). The exit status is 1 when any notebook failed, so
+``make test-gpu`` fails too.
 
 Design decisions:
 - One pytest process per notebook: a notebook that kills its kernel or hangs costs only its
@@ -14,6 +16,9 @@ Design decisions:
   same port, and one dies before running a cell.
 - Cell times come from pytest's JUnit XML (nbval makes each cell a test item), so the
   record can show that no cell ran past the budget a reader would accept.
+- The fingerprint hashes each cell's type and source, not outputs or metadata: a test can
+  then tell which notebooks changed after the record was made, so a stale record is said
+  to be stale instead of being cited for notebooks it never ran.
 - The record is what the README and the chapters cite for "every notebook passes on the
   H200": it names the device, torch, Triton, CUDA and Python versions and the date, like
   every result file under ``benchmarks/results``.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -38,7 +44,25 @@ from typing import Any
 
 from mlinfra_lab.ci import kernel_start_lock
 
-__all__ = ["device_info", "failure_reason", "main", "record_notebooks", "run_notebook"]
+__all__ = [
+    "device_info",
+    "failure_reason",
+    "main",
+    "record_notebooks",
+    "run_notebook",
+    "source_fingerprint",
+]
+
+
+def source_fingerprint(notebook: Path) -> str:
+    """SHA-256 of the notebook's cells as (type, source) pairs: what a run executes and shows.
+    Outputs, execution counts and metadata are left out, so clearing outputs keeps it."""
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    sources = [
+        [c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"]]
+        for c in cells
+    ]
+    return hashlib.sha256(json.dumps(sources).encode()).hexdigest()
 
 
 def device_info() -> dict[str, Any]:
@@ -145,6 +169,7 @@ def run_notebook(
         "slowest_cell_seconds": round(max((c["seconds"] for c in cells), default=0.0), 1),
         "slowest_cell": max(cells, key=lambda c: c["seconds"])["cell"] if cells else None,
         "exit_code": proc.returncode,
+        "source_fingerprint": source_fingerprint(notebook),
     }
     if not cells:  # nothing collected: keep the end of pytest's output as the reason
         entry["output_tail"] = (proc.stdout + proc.stderr)[-1500:]
