@@ -173,11 +173,13 @@ bench-staleness: setup
 bench-tracking: setup
 	$(BIN)/mlinfra-lab bench tracking --mlflow-scale 0.02 --out benchmarks/results/cpu-tracking-$(shell date -u +%Y-%m-%d).json
 
-# Attention: on a GPU the full bf16 sweep, checked against the committed H200 baseline
-# (fails when a shape is >10% slower; pass ATTN_BASELINE= to skip the check on other GPUs);
+# Attention: on a GPU the full bf16 sweep, checked against this GPU's committed baseline,
+# benchmarks/baselines/<gpu>-attention.json (fails when a shape is >10% slower; a GPU with
+# no baseline is timed unchecked; pass ATTN_BASELINE= to skip the check);
 # on a CPU a tiny sweep under the Triton interpreter (tests the command, not the speed).
-ATTN_BASELINE ?= $(if $(HAS_GPU),benchmarks/baselines/h200-attention.json)
+ATTN_BASELINE ?= $(if $(HAS_GPU),$(wildcard benchmarks/baselines/$(GPU_NAME)-attention.json))
 bench-attention: setup
+	$(if $(HAS_GPU),$(if $(ATTN_BASELINE),,@echo "bench-attention: no benchmarks/baselines/$(GPU_NAME)-attention.json: timing without a regression check"))
 	$(BIN)/mlinfra-lab bench attention $(if $(ATTN_BASELINE),--check-baseline $(ATTN_BASELINE))
 
 # Scaling: the all-reduce sweep and alpha-beta fit (gloo on a CPU, NCCL on GPUs).

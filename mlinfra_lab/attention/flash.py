@@ -55,7 +55,7 @@ once per launch on the host (`TensorDescriptor`); predicted to match v1 everywhe
 few percent at D=128, it removed v2's fixed cost (1.08-1.22x v2 at N=1k) but measured
 0.95-1.0x v1 at D=128 (one shape's timing in one run, 0.77x, did not repeat) and
 0.97-1.01x at D=64 in two runs
-(``benchmarks/results/h200-fwd-versions-2026-12-04-run*.json``; chapter 1, "Version 3"):
+(``benchmarks/results/h200-fwd-versions-2026-12-04-run*.json``; chapter 1's appendix, "Version 3"):
 TMA loads buy nothing over v1's pipelined pointer loads at these tiles, so v1 stays the
 default. v2 and v3 run under the CPU interpreter too. v4 is v1 with the scores carried one
 tile ahead (FA3's intra-warpgroup overlap, by hand: tile j+1's QK^T is started before tile
@@ -108,7 +108,7 @@ share of dQ (``dS K``, the fifth matmul) and adds it with float32 atomics into a
 buffer, cast to the input dtype at the end; no dQ kernel. Predicted to gain up to ~15% at
 D=64 (fewer matmuls) and to risk a loss at D=128 (a third accumulator's registers); measured
 0.63-0.95x the split backward over the whole sweep in two H200 runs
-(``benchmarks/results/h200-bwd-atomic-2026-12-04-run*.json``; chapter 1, "Three
+(``benchmarks/results/h200-bwd-atomic-2026-12-04-run*.json``; chapter 1's appendix, "Three
 FlashAttention ideas, tried"): the atomics (one float32 add per dQ element per key tile, ``N / BLOCK_N``
 times) and the bigger program cost more than two matmuls save. Its dQ sums in an order that
 varies from run to run (atomics), so it is not bitwise reproducible.
