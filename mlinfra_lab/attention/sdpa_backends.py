@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mlinfra_lab.profiling import quiet_kineto
+
 __all__ = ["BACKENDS", "BackendTiming", "sdpa_backends"]
 
 BACKENDS = ("default", "MATH", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
@@ -55,7 +57,7 @@ class BackendTiming:
 
 def _kernel_name(call: object) -> str | None:
     """The most specific attention operator in a profiler record of one call."""
-    with torch.autograd.profiler.profile() as prof:
+    with quiet_kineto(), torch.autograd.profiler.profile() as prof:
         call()  # type: ignore[operator]
     names = [
         e.name
