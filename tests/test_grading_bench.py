@@ -72,3 +72,20 @@ def test_the_committed_result_has_the_cost_per_submission() -> None:
     assert record["benchmark"] == "grading-class" and record["config"]["students"] == 200
     assert r["submissions_graded"] == r["feedback_reports"] == r["canvas_rows"] == 200
     assert r["seconds_per_submission"] == pytest.approx(r["seconds_total"] / 200)
+
+
+def test_grade_flags_max_procs_and_disk_limit_reach_the_config() -> None:
+    from mlinfra_lab.grading import budgets
+    from mlinfra_lab.grading import cli as grading_cli
+    from mlinfra_lab.grading.execute import ExecutionConfig
+
+    assert grading_cli.DEFAULT_MAX_PROCS == budgets.DEFAULT_MAX_PROCS
+    assert grading_cli.DEFAULT_DISK_GIB * (1 << 30) == budgets.DEFAULT_DISK_LIMIT
+    parser = cli.build_parser({"mlinfra_lab.grading.cli"})
+    argv = ["grade", "x.ipynb", "--source", "labs", "--out", "o", "--memory-limit", "2"]
+    args = parser.parse_args([*argv, "--max-procs", "64", "--disk-limit", "0.25"])
+    config = grading_cli._budgets(args, ExecutionConfig())
+    assert config.max_procs == 64 and config.disk_limit == 1 << 28
+    args = parser.parse_args([*argv, "--max-procs", "0", "--disk-limit", "0"])
+    config = grading_cli._budgets(args, ExecutionConfig())
+    assert config.max_procs is None and config.disk_limit is None

@@ -15,7 +15,7 @@ The budgets, and what an overrun does (the batch always goes on):
   ``MemoryError`` in the student's cell, which then fails like any error; the kernel lives
   on, so the next cells run. Address space, not resident memory:
   a kernel that imports torch and triton reserves about 1.7 GB here (2 cores) before it
-  computes anything, so the limit must leave room for that (see the README).
+  computes anything, so the limit must leave room for that (see book/grading.md).
 - wall time per notebook (`DEFAULT_NOTEBOOK_TIMEOUT`): checked by `kernel_runner` before
   each cell; once a notebook has run longer, its remaining cells fail at once with
   `notebook_timeout_message`. The cell running when the time is up is bounded by the
@@ -43,7 +43,7 @@ Design decisions:
   container, and is inherited by every process the kernel starts. Its cost is that it
   counts reserved, not used, memory (thread stacks and per-thread buffers, which grow with
   the core count; CUDA's address-space reservations, not measured here);
-  ``--memory-limit 0`` switches it off where that matters (see the README).
+  ``--memory-limit 0`` switches it off where that matters (see book/grading.md).
 """
 
 from __future__ import annotations

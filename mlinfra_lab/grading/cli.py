@@ -30,6 +30,8 @@ DEFAULT_MEMORY_GIB = 4.0
 DEFAULT_NOTEBOOK_S = 600.0
 DEFAULT_MAX_MB = 20.0
 DEFAULT_MAX_CELLS = 500
+DEFAULT_MAX_PROCS = 512
+DEFAULT_DISK_GIB = 1.0
 
 GRADE_EPILOG = """\
 Which lab and which student:
@@ -90,8 +92,9 @@ The secret:
   secret: --secret S, else $MLINFRA_GRADE_SECRET, else the public default that release and
   validate use. Grade with your own secret (prefer the environment variable: a command
   line shows in the process list and the shell history), so that answers hard-coded
-  from reading the hidden tests fail. The secret is passed to the grading kernels only;
-  it is never printed, and the gradebook records only whether it was the default.
+  from reading the hidden tests fail. The secret never reaches a kernel: the grading
+  process derives one seed per exercise from it and passes only those values; it is
+  never printed, and the gradebook records only whether it was the default.
 
 Budgets (each overrun is a message in the gradebook; the batch goes on):
   --memory-limit: address space of every kernel and its children (RLIMIT_AS); an
@@ -182,6 +185,8 @@ def _budgets(args: argparse.Namespace, config: ExecutionConfig) -> ExecutionConf
         ("--max-size", args.max_size),
         ("--notebook-timeout", args.notebook_timeout),
         ("--max-cells", args.max_cells),
+        ("--max-procs", args.max_procs),
+        ("--disk-limit", args.disk_limit),
     ):
         if value < 0:
             raise CommandError(f"{flag} must be 0 (no limit) or a positive number")
@@ -196,6 +201,8 @@ def _budgets(args: argparse.Namespace, config: ExecutionConfig) -> ExecutionConf
         notebook_timeout=args.notebook_timeout or None,
         max_bytes=int(args.max_size * 10**6) or None,
         max_cells=args.max_cells or None,
+        max_procs=args.max_procs or None,
+        disk_limit=int(args.disk_limit * (1 << 30)) or None,
     )
 
 
@@ -443,7 +450,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "--secret",
         default=None,
         metavar="S",
-        help="the grading secret hidden tests draw their inputs from "
+        help="the grading secret; per-exercise seeds of the hidden tests' inputs are "
+        "derived from it outside the kernels, which get only the seeds "
         "(default: $MLINFRA_GRADE_SECRET, else the public default)",
     )
     grade.add_argument(
@@ -476,6 +484,22 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         default=DEFAULT_MAX_CELLS,
         metavar="N",
         help=f"most cells in a graded notebook (default: {DEFAULT_MAX_CELLS}; 0: no limit)",
+    )
+    grade.add_argument(
+        "--max-procs",
+        type=int,
+        default=DEFAULT_MAX_PROCS,
+        metavar="N",
+        help="processes and threads of one sandbox together (pids.max of its control "
+        f"group; default: {DEFAULT_MAX_PROCS}; 0: no limit)",
+    )
+    grade.add_argument(
+        "--disk-limit",
+        type=float,
+        default=DEFAULT_DISK_GIB,
+        metavar="GIB",
+        help="size of each of a sandbox's tmpfs (home, /tmp, /dev/shm), in GiB "
+        f"(default: {DEFAULT_DISK_GIB:g}; 0: no limit)",
     )
     add_book_flags(grade)
     grade.set_defaults(func=_grade)
