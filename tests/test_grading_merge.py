@@ -129,3 +129,13 @@ def test_a_chunk_merged_into_a_gradebook_replaces_its_students_and_keeps_the_res
         rows[("bob", "lse")]["points"] == "0" and rows[("bob", "lse")]["comment"] == "see lecture 3"
     )
     assert verify_gradebook(all_, SECRET).ok
+
+
+def test_a_gradebook_read_back_keeps_the_budgets_not_enforced() -> None:
+    from mlinfra_lab.grading.execute import ExecutionConfig
+    from mlinfra_lab.grading.merge import report_from_json
+
+    report = GradeReport((), (), (), ExecutionConfig(), (), "rlimit", unenforced=("memory: no cgroups",))  # fmt: skip
+    back = report_from_json(report.as_dict())
+    assert back.unenforced == ("memory: no cgroups",)
+    assert back.as_dict()["config"]["budgets_not_enforced"] == ["memory: no cgroups"]

@@ -75,6 +75,7 @@ def report_from_json(data: dict) -> GradeReport:
         config,
         sources,
         record.get("sandbox_used", ""),
+        unenforced=tuple(record.get("budgets_not_enforced", ())),
     )
 
 
@@ -122,4 +123,5 @@ def merge_gradebooks(chunk_dirs: Sequence[Path | str], secret: str) -> GradeRepo
         config=first.config.with_secret(secret),
         sources=first.sources,
         sandbox=",".join(sorted({rep.sandbox for _, rep in reports if rep.sandbox})),
+        unenforced=tuple(dict.fromkeys(u for _, rep in reports for u in rep.unenforced)),
     )
