@@ -97,14 +97,18 @@ The secret:
   never printed, and the gradebook records only whether it was the default.
 
 Budgets (each overrun is a message in the gradebook; the batch goes on):
-  --memory-limit: address space of every kernel and its children (RLIMIT_AS); an
-  allocation past it raises MemoryError in that cell. A kernel that imports torch and
-  triton reserves about 1.7 GB of it before computing (2 cores; more with more cores); 0
-  switches it off. The default is 4 GiB, and off on a machine with an NVIDIA GPU (CUDA
-  reserves tens of GB of address space it never uses): there, limit memory with the
-  machine's cgroups or the batch scheduler instead. --notebook-timeout: a notebook's
-  later cells fail once it has run that long (the running cell is bounded by --timeout).
-  Each cell's output past 1 MiB is dropped while it runs (grading keeps no outputs).
+  --memory-limit: the resident memory of all of a sandbox's processes together (a
+  control group: memfd, shared-memory and tmpfs pages counted), and the address space
+  of each kernel (RLIMIT_AS). Past it the cell fails and the sandbox stops (0 for the
+  cells it did not run). A kernel that imports torch and triton reserves about 1.7 GB
+  of address space (2 cores; more with more cores). The default is 4 GiB, and off on a
+  machine with an NVIDIA GPU (CUDA reserves address space it never uses): there, limit
+  memory with the batch scheduler. --max-procs: processes and threads of one sandbox
+  (pids.max). --disk-limit: size of its tmpfs home, /tmp and /dev/shm (bubblewrap as
+  root). --notebook-timeout: a notebook's later cells fail once it has run that long
+  (the running cell is bounded by --timeout). Each cell's output past 1 MiB is dropped
+  (grading keeps no outputs). A budget this machine cannot hold (no writable control
+  group, say) is named once before grading starts and recorded in the gradebook.
 
 At scale: split the submissions into chunks, grade each chunk as its own job (one
 machine: --jobs N; a cluster: one batch-scheduler job per chunk, same --source and
@@ -459,7 +463,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         type=float,
         default=None,
         metavar="GIB",
-        help="address space of each kernel, in GiB "
+        help="memory of one sandbox's processes together, and address space of each "
+        "kernel, in GiB "
         f"(default: {DEFAULT_MEMORY_GIB:g}, none where an NVIDIA GPU is "
         "present; 0: no limit)",
     )
