@@ -399,6 +399,7 @@ def test_checker_finds_planted_leaks(tmp_path: Path) -> None:
     downloads.mkdir(parents=True)
     nb = {"cells": [{"cell_type": "code", "source": ["x = 1\n", f"  {hidden.line}\n"]}]}
     (downloads / f"{lab}.ipynb").write_text(json.dumps(nb))
+
     def names(words: set[str]) -> set[str]:  # what the checker looks for: names, not numbers
         return {w for w in words if not w[0].isdigit()}
 
