@@ -141,10 +141,12 @@ GPU_PY     ?= $(BIN)/python
 GPU_SETUP  ?= setup
 GPU_NAME   := $(shell nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | sed 's/NVIDIA //; s/ /-/g' | tr A-Z a-z)
 GPU_JOBS   ?= 1
+# extra pytest arguments for the unit tests, e.g. GPU_PYTEST_ARGS="-n 8" (pytest-xdist)
+GPU_PYTEST_ARGS ?=
 GPU_RECORD ?= benchmarks/results/$(or $(GPU_NAME),gpu)-notebooks-$(shell date -u +%Y-%m-%d).json
 test-gpu: $(GPU_SETUP)
 	@$(GPU_PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU (torch.cuda.is_available() is False): use make test')"
-	MLINFRA_ATTENTION_AUTOTUNE=0 $(GPU_PY) -m pytest -m "gpu or attention or staleness" tests
+	MLINFRA_ATTENTION_AUTOTUNE=0 $(GPU_PY) -m pytest $(GPU_PYTEST_ARGS) -m "gpu or attention or staleness" tests
 	$(GPU_PY) -m mlinfra_lab.ci.notebook_record --cell-timeout 60 --jobs $(GPU_JOBS) --out $(GPU_RECORD) book labs
 
 # For .ci/fresh-venv.sh: the index the set-up takes the CPU torch from off the course machines.

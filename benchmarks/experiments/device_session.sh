@@ -3,6 +3,8 @@
 #   bash benchmarks/experiments/device_session.sh experiments   # call 1
 #   bash benchmarks/experiments/device_session.sh sweep         # call 2
 #   bash benchmarks/experiments/device_session.sh notebooks     # call 3
+# The device has PyTorch and Triton but no Jupyter: call 3 carries py3.12 wheels in .whl/
+# (device README) and installs only those whose distribution is missing there (wheels()).
 # Every step runs under its own `timeout`, so one hang costs that step, not the call; every
 # script rewrites its JSON after each row, so a step cut off keeps what it finished. Results go
 # to $OUT (the device tool's folder; ./device-out elsewhere), at most 8 files.
@@ -22,6 +24,25 @@ step() {  # step SECONDS NAME COMMAND...: run under a time limit, say how it end
     local rc=$?
     echo "== $(date -u +%T) end $name rc=$rc after $((SECONDS - t0))s"
     echo "$name rc=$rc seconds=$((SECONDS - t0))" >>"$OUT/steps.txt"
+}
+
+wheels() {  # install the carried wheels whose distribution the device lacks, into /tmp/site
+    [ -d .whl ] || return 0
+    python3 - <<'PY' >>"$OUT/steps.txt" 2>&1
+import importlib.metadata as md, pathlib, subprocess, sys
+need, have = [], []
+for wheel in sorted(pathlib.Path(".whl").glob("*.whl")):
+    name = wheel.name.split("-")[0]
+    try:
+        have.append(f"{name}=={md.version(name)}")
+    except md.PackageNotFoundError:
+        need.append(str(wheel))
+print("wheels: present on the device:", " ".join(have))
+print("wheels: installing:", " ".join(pathlib.Path(w).name for w in need))
+subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                "--no-compile", "--no-cache-dir", "--target", "/tmp/site", *need], check=True)
+PY
+    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 }
 
 machine() {
@@ -59,11 +80,12 @@ sweep)
         --causal "${NCU_CAUSAL:-no}" --out "$OUT/ncu-kernels.json"
     ;;
 notebooks)
+    wheels
     machine
     # the notebooks' kernels start in book/ and labs/: the package must import from the root
     export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$(pwd)"
     step "${NOTEBOOKS_LIMIT:-470}" test-gpu bash -c 'set -o pipefail; make test-gpu \
-        GPU_PY=python3 GPU_SETUP= GPU_JOBS="${GPU_JOBS:-4}" GPU_RECORD="$OUT/notebooks.json" \
+        GPU_PY=python3 GPU_SETUP= GPU_JOBS="${GPU_JOBS:-4}" GPU_PYTEST_ARGS="-n ${PYTEST_JOBS:-8}" GPU_RECORD="$OUT/notebooks.json" \
         2>&1 | tee "$OUT/test-gpu.log"'
     if [ ! -s "$OUT/notebooks.json" ] && [ $((${CALL_LIMIT:-575} - SECONDS)) -gt 60 ]; then
         # the unit tests failed (or no make): the record anyway
