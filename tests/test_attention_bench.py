@@ -147,6 +147,9 @@ def test_check_anchor_uses_the_worst_repeat():
 def test_bench_command_user_errors(tmp_path, capsys):
     assert main(["bench", "attention", "--providers", "ours,nope", "--quiet"]) == 2
     assert "unknown provider" in capsys.readouterr().err
+    assert main(["bench", "attention", "--providers", "ours,ours_v3,ours_atomic", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "['ours_atomic', 'ours_v3']" in err and "removed" in err and "687b216" in err
     assert main(["bench", "attention", "--check-baseline", str(tmp_path / "missing.json")]) == 2
     assert main(["bench", "attention", "--repeats", "0", "--quiet"]) == 2
     assert "--repeats must be at least 1" in capsys.readouterr().err

@@ -115,40 +115,15 @@ def _check_against_float64(fn, case, seed, label) -> list[torch.Tensor]:
     return ours
 
 
-# The 5-matmul backward (dQ added by each key tile with float32 atomics): the same bar.
-ATOMIC_CASES = [
-    (2, 3, 17, 17, 32, True, torch.float16),
-    (1, 2, 100, 100, 80, True, torch.float16),
-    (1, 2, 100, 100, 64, False, torch.float32),
-    (1, 1, 33, 100, 128, False, torch.float16),
-    (1, 1, 100, 17, 96, False, torch.float32),
-]
-
-
-@pytest.mark.parametrize(
-    "b,h,n_q,n_k,d,causal,dtype",
-    ATOMIC_CASES + [pytest.param(*c, marks=pytest.mark.gpu) for c in GPU_CASES],
-)
-def test_atomic_backward_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monkeypatch):
-    """Tails, Nq != Nk, padded head dims: every dQ row gets every key tile's share."""
-    _poison_allocations(monkeypatch)
-
-    def atomic(*args, causal):
-        return flash_attention(*args, causal=causal, backward="atomic")
-
-    case = (b, h, n_q, n_k, d, causal, dtype)
-    ours = _check_against_float64(atomic, case, 3000, " (atomic backward)")
-    assert ours[1].dtype == dtype, "dQ comes back in the input dtype, not the float32 buffer"
-
-
 def test_backward_switch(monkeypatch):
-    from mlinfra_lab.attention.flash import DEFAULT_BACKWARD, resolve_backward
+    from mlinfra_lab.attention.flash import BACKWARDS, DEFAULT_BACKWARD, resolve_backward
 
+    assert BACKWARDS == ("split", "gluon")
     monkeypatch.delenv("MLINFRA_ATTENTION_BACKWARD", raising=False)
     assert resolve_backward() == DEFAULT_BACKWARD == "gluon"
-    monkeypatch.setenv("MLINFRA_ATTENTION_BACKWARD", "atomic")
-    assert resolve_backward() == "atomic" and resolve_backward("split") == "split"
-    with pytest.raises(AttentionInputError, match="use one of split, atomic"):
+    monkeypatch.setenv("MLINFRA_ATTENTION_BACKWARD", "split")
+    assert resolve_backward() == "split" and resolve_backward("gluon") == "gluon"
+    with pytest.raises(AttentionInputError, match="'fast' does not exist; use one of split, gluon"):
         resolve_backward("fast")
 
 
@@ -197,51 +172,6 @@ def test_interpreter_refuses_bfloat16_with_advice():
     x = torch.zeros(1, 1, 4, 16, dtype=torch.bfloat16)
     with pytest.raises(AttentionInputError, match="float16 or float32"):
         flash_attention(x, x, x)
-
-
-# Forward kernel version 2 (tensor descriptors, scale folded into one FMA): same function.
-V2_CASES = [
-    (1, 1, 1, 1, 16, True, torch.float32),
-    (2, 3, 17, 17, 32, False, torch.float16),
-    (1, 2, 100, 100, 80, True, torch.float16),
-    (1, 1, 33, 100, 128, False, torch.float16),
-    (1, 1, 100, 17, 96, False, torch.float32),
-]
-
-
-@pytest.mark.parametrize("version", [2, 3])
-@pytest.mark.parametrize("b,h,n_q,n_k,d,causal,dtype", V2_CASES)
-def test_flash_tma_forwards_match_float64_reference(
-    b, h, n_q, n_k, d, causal, dtype, version, monkeypatch
-):
-    """v2 (in-kernel descriptors) and v3 (host descriptors): tails, padded head dims."""
-    _poison_allocations(monkeypatch)
-    g = torch.Generator().manual_seed(2000 * n_q + d)
-    q, k, v = (torch.randn(b, h, n, d, generator=g).to(DEVICE, dtype) for n in (n_q, n_k, n_k))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the version asked for ran (no fallback to v1)
-        ours = flash_attention(q, k, v, causal=causal, version=version)
-    eager = naive_attention(q, k, v, causal=causal)
-    ref = naive_attention(q.double(), k.double(), v.double(), causal=causal)
-    _check(f"out (v{version})", ours, eager, ref, dtype)
-
-
-@pytest.mark.parametrize(
-    "b,h,n_q,n_k,d,causal,dtype",
-    CASES + [pytest.param(*c, marks=pytest.mark.gpu) for c in GPU_CASES],
-)
-def test_version_4_forward_matches_float64_reference(b, h, n_q, n_k, d, causal, dtype, monkeypatch):
-    """v4 carries the scores one tile ahead: an empty main loop (1 or 17 tokens), one tile,
-    tails, Nq != Nk and padded head dims must all still see every key exactly once."""
-    _poison_allocations(monkeypatch)
-    if DEVICE == "cpu" and (dtype == torch.bfloat16 or n_k > 300):
-        pytest.skip("GPU-only case (the interpreter has no bfloat16 and is slow)")
-    g = torch.Generator().manual_seed(4000 * n_q + d)
-    q, k, v = (torch.randn(b, h, n, d, generator=g).to(DEVICE, dtype) for n in (n_q, n_k, n_k))
-    ours = flash_attention(q, k, v, causal=causal, version=4)
-    eager = naive_attention(q, k, v, causal=causal)
-    ref = naive_attention(q.double(), k.double(), v.double(), causal=causal)
-    _check("out (v4)", ours, eager, ref, dtype)
 
 
 # Version 5 (Gluon, Hopper only): lengths that are multiples of its tiles, head dims 64/128.
@@ -553,7 +483,7 @@ for cap, dtype in (((7, 5), "fp16"), ((8, 6), "bf16")):
             consts = dict(CAUSAL=True, HEAD_DIM=128, BLOCK_D=128, PRECISION="tf32", **cfg.kwargs)
             sig = {}
             for arg in inspect.signature(kernel.fn).parameters:
-                if arg in consts or arg in ("OVERLAP", "DQ_ATOMIC"):
+                if arg in consts:
                     sig[arg] = "constexpr"
                 elif arg in POINTERS:
                     sig[arg] = "*" + dtype
@@ -561,8 +491,6 @@ for cap, dtype in (((7, 5), "fp16"), ((8, 6), "bf16")):
                     sig[arg] = "*fp32"
                 else:
                     sig[arg] = "fp32" if "scale" in arg else "i32"
-            consts.update({"OVERLAP": False} if name == "fwd" else {})
-            consts.update({"DQ_ATOMIC": False} if name == "dkdv" else {})
             compiled = triton.compile(
                 triton.compiler.ASTSource(kernel, sig, consts),
                 target=GPUTarget("cuda", cap[0] * 10 + cap[1], 32),
@@ -584,36 +512,59 @@ print(json.dumps(rows))
 
 
 def test_flash_version_switch(monkeypatch):
-    from mlinfra_lab.attention.flash import DEFAULT_VERSION, KernelVersionWarning, resolve_version
+    from mlinfra_lab.attention.flash import DEFAULT_VERSION, KERNEL_VERSIONS, resolve_version
 
+    assert KERNEL_VERSIONS == (1, 5)
     monkeypatch.delenv("MLINFRA_ATTENTION_KERNEL", raising=False)
     assert resolve_version() == DEFAULT_VERSION and resolve_version(1) == 1
-    monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "v2")
-    assert resolve_version() == 2
-    monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "3")
-    assert resolve_version() == 3
-    monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "v4")
-    assert resolve_version() == 4
+    monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "v1")
+    assert resolve_version() == 1
     monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "5")
     assert resolve_version() == 5
-    with pytest.raises(AttentionInputError, match=r"use one of \(1, 2, 3, 4, 5\)"):
-        resolve_version(6)
+    with pytest.raises(AttentionInputError, match=r"7 does not exist; use one of \(1, 5\)"):
+        resolve_version(7)
     monkeypatch.setenv("MLINFRA_ATTENTION_KERNEL", "fast")
     with pytest.raises(AttentionInputError, match="'fast' does not exist"):
         resolve_version()
-    # a negative scale takes the v1 path (v2 takes the max before scaling): still correct
-    g = torch.Generator().manual_seed(11)
-    q, k, v = (torch.randn(1, 1, 20, 16, generator=g).to(DEVICE) for _ in range(3))
-    with pytest.warns(KernelVersionWarning, match="needs a scale > 0"):  # said, not silent
-        out = flash_attention(q, k, v, sm_scale=-0.3, version=2)
-    torch.testing.assert_close(out, naive_attention(q, k, v, sm_scale=-0.3), rtol=1e-4, atol=1e-4)
-    # rows of 20 x 2 bytes (head dim 20, float16): the copy engine needs multiples of 16 bytes, so v3 says so, runs v1
-    q, k, v = (torch.randn(1, 1, 20, 20, generator=g).to(DEVICE, torch.float16) for _ in "qkv")
-    with pytest.warns(KernelVersionWarning, match="row of 40 bytes"):
-        out = flash_attention(q, k, v, version=3)
-    torch.testing.assert_close(
-        out.float(), naive_attention(q.float(), k.float(), v.float()), rtol=2e-3, atol=2e-3
-    )
+
+
+# The variants removed after losing on the H200: (how it is asked for, what the message names)
+REMOVED = [
+    ({"version": 2}, None, "version=2: kernel version 2", "h200-attention-2026-12-02-v2.json"),
+    ({"version": 3}, None, "version=3: kernel version 3", "h200-fwd-versions-2026-12-04-run"),
+    ({"version": 4}, None, "version=4: kernel version 4", "h200-fwd-overlap-2026-12-04-run"),
+    ({}, ("KERNEL", "v3"), "MLINFRA_ATTENTION_KERNEL=v3: kernel version 3", "fwd-versions"),
+    ({}, ("KERNEL", "4"), "MLINFRA_ATTENTION_KERNEL=4: kernel version 4", "fwd-overlap"),
+    ({"backward": "atomic"}, None, "backward='atomic': the 'atomic'", "h200-bwd-atomic-2026"),
+    ({}, ("BACKWARD", "atomic"), "MLINFRA_ATTENTION_BACKWARD=atomic", "h200-bwd-atomic-2026"),
+]
+
+
+@pytest.mark.parametrize("kwargs,env,names,result_file", REMOVED)
+def test_a_removed_variant_says_what_it_measured_and_where_its_code_is(
+    kwargs, env, names, result_file, monkeypatch
+):
+    """Asking for a removed kernel, by argument or environment, raises `RemovedKernelError`
+    (an `AttentionInputError`) that names what was asked, its result file, the commit holding
+    its code and what to use instead; nothing runs."""
+    from mlinfra_lab.attention import RemovedKernelError
+
+    monkeypatch.delenv("MLINFRA_ATTENTION_KERNEL", raising=False)
+    monkeypatch.delenv("MLINFRA_ATTENTION_BACKWARD", raising=False)
+    if env:
+        monkeypatch.setenv(f"MLINFRA_ATTENTION_{env[0]}", env[1])
+    x = torch.zeros(1, 1, 16, 16, device=DEVICE)
+    with pytest.raises(RemovedKernelError) as caught:
+        flash_attention(x, x, x, **kwargs)
+    message = str(caught.value)
+    assert isinstance(caught.value, AttentionInputError)
+    assert message.startswith(names) and "was removed" in message, message
+    assert "benchmarks/results/h200-" in message and result_file in message, message
+    assert "git commit 687b216" in message and "git show 687b216:" in message, message
+    instead = "set it to 1" if env and env[0] == "KERNEL" else "set it to split"
+    if not env:
+        instead = "version=1" if "version" in kwargs else 'backward="split"'
+    assert instead in message, message
 
 
 def test_autotune_is_skipped_for_fp32_and_short_sequences(monkeypatch):

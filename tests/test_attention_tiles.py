@@ -40,6 +40,14 @@ def test_invalid_configs_are_refused_with_advice(args, kwargs, match):
         time_forward_tile(*args, **kwargs)
 
 
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_a_removed_version_says_where_its_code_is(version):
+    from mlinfra_lab.attention import RemovedKernelError
+
+    with pytest.raises(RemovedKernelError, match=f"kernel version {version} was removed.*687b216"):
+        check_tile_config(64, 64, version=version)
+
+
 @pytest.mark.parametrize(
     "args, kwargs",
     [((128, 64, 8, 3), {}), ((64, 128, 4, 2), {}), ((128, 32), {"causal": True, "head_dim": 80})],
@@ -56,10 +64,7 @@ def test_cpu_refuses_to_time_with_a_clear_error(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
-def test_gpu_times_one_config_and_matches_the_autotuned_kernel(version):
-    if version > 1 and torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip(f"version {version} uses TMA descriptors (Hopper or newer)")
+def test_gpu_times_one_config_and_matches_the_autotuned_kernel():
     t = time_forward_tile(
         64,
         32,
@@ -70,7 +75,6 @@ def test_gpu_times_one_config_and_matches_the_autotuned_kernel(version):
         seq=1000,
         head_dim=80,
         causal=True,
-        version=version,
         warmup_ms=5,
         rep_ms=20,
     )

@@ -24,7 +24,7 @@ Importing this package imports torch but not triton: the kernel module switches 
 CPU interpreter (when there is no GPU) before its first triton import.
 """
 
-from mlinfra_lab.attention._checks import AttentionInputError
+from mlinfra_lab.attention._checks import AttentionInputError, RemovedKernelError
 from mlinfra_lab.attention.banks import bank_conflict_degree, bank_word_counts, tile_addresses
 from mlinfra_lab.attention.flash import flash_attention, flash_attention_lse
 from mlinfra_lab.attention.reference import (
@@ -46,6 +46,7 @@ from mlinfra_lab.attention.traffic import attention_flops, hbm_traffic, hbm_traf
 __all__ = [
     "BACKENDS",
     "AttentionInputError",
+    "RemovedKernelError",
     "TileConfigError",
     "TileTiming",
     "TileTimingNeedsGPUError",

@@ -21,7 +21,12 @@ import torch
 
 from mlinfra_lab.errors import MlinfraError
 
-__all__ = ["AttentionInputError", "check_attention_inputs", "check_kernel_inputs"]
+__all__ = [
+    "AttentionInputError",
+    "RemovedKernelError",
+    "check_attention_inputs",
+    "check_kernel_inputs",
+]
 
 # Head dims the Triton kernel supports: it pads to the next power of two (at least 16,
 # the smallest Tensor Core K dimension) and masks, so any size in this range works.
@@ -30,6 +35,11 @@ KERNEL_HEAD_DIM_RANGE = (16, 128)
 
 class AttentionInputError(MlinfraError, ValueError):
     """Inputs that no attention implementation here can take (shape, dtype, device)."""
+
+
+class RemovedKernelError(AttentionInputError):
+    """A kernel variant that was removed after losing its measurement was asked for; the
+    message says what it was, what it measured, which commit holds its code and what to use."""
 
 
 def check_attention_inputs(

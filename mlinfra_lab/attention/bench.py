@@ -35,11 +35,18 @@ from typing import Any
 import torch
 
 from mlinfra_lab import results, runtime
-from mlinfra_lab.attention.providers import PROVIDERS, VERSION_PROVIDERS, measure, time_ms
+from mlinfra_lab.attention.providers import (
+    PROVIDERS,
+    REMOVED_PROVIDERS,
+    VERSION_PROVIDERS,
+    measure,
+    time_ms,
+)
 from mlinfra_lab.errors import MlinfraError
 
 __all__ = [
     "PROVIDERS",
+    "REMOVED_PROVIDERS",
     "VERSION_PROVIDERS",
     "BaselineError",
     "BenchConfig",

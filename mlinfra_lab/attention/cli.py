@@ -51,6 +51,13 @@ def _bench(args: argparse.Namespace) -> int:
         overrides["repeats"] = args.repeats
     cfg = replace(cfg, **overrides)
     known = bench.PROVIDERS + bench.VERSION_PROVIDERS
+    removed = sorted(set(cfg.providers) & set(bench.REMOVED_PROVIDERS))
+    if removed:
+        raise CommandError(
+            f"provider(s) {removed} time kernels removed after losing on the H200 (their runs "
+            "stay in benchmarks/results/, read by chapter 1's appendix); their code is in git "
+            f"commit 687b216; choose from {known}"
+        )
     unknown = set(cfg.providers) - set(known)
     if unknown:
         raise CommandError(f"unknown provider(s) {sorted(unknown)}; choose from {known}")
@@ -129,8 +136,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         type=lambda s: tuple(x for x in s.split(",") if x),
         help="comma-separated subset of ours,sdpa_flash,sdpa_cudnn,sdpa_efficient,"
         "flex,eager (flex: torch.compile(flex_attention), compiled once per shape, "
-        "compile time reported apart; ours_v1 ... ours_v4: one forward kernel "
-        "version each; ours_atomic: the default forward with the 5-matmul backward)",
+        "compile time reported apart; ours_v1, ours_v5: one forward kernel version each, "
+        "with the default backward)",
     )
     p.add_argument(
         "--dtype",

@@ -1,28 +1,74 @@
-"""FlashAttention-2 in Triton: one fused kernel forward, two fused kernels backward.
+"""FlashAttention-2 on Tensor Cores: a fused forward and a two-kernel backward, in Triton
+everywhere and in Gluon on Hopper.
 
-Contract: ``flash_attention(q, k, v, causal=False, sm_scale=None)`` returns
-``softmax(q k^T * scale) v`` for ``[batch, heads, seq, head_dim]`` inputs and is
-differentiable in q, k and v; the ``seq x seq`` matrix never exists in device memory.
+Contract: ``flash_attention(q, k, v, causal=False, sm_scale=None, version=None,
+backward=None)`` returns ``softmax(q k^T * scale) v`` for ``[batch, heads, seq, head_dim]``
+inputs and is differentiable in q, k and v; the ``seq x seq`` matrix never exists in device
+memory. ``version`` picks the forward kernel (`KERNEL_VERSIONS`: 1, Triton, any GPU and the
+CPU interpreter; 5, Gluon, Hopper), ``backward`` the backward (`BACKWARDS`: "split", Triton;
+"gluon", Gluon on Hopper); None means ``MLINFRA_ATTENTION_KERNEL`` /
+``MLINFRA_ATTENTION_BACKWARD`` from the environment, else `DEFAULT_VERSION` /
+`DEFAULT_BACKWARD` (`resolve_version`, `resolve_backward`). A removed variant (version 2, 3
+or 4, backward "atomic") raises `RemovedKernelError`, which says what it measured and where
+its code is; a name that never existed raises `AttentionInputError`.
 
 Design decisions:
-- Forward (`_fwd_kernel`): one program per ``BLOCK_M`` queries of one (batch, head).
-  Q stays in registers; K and V stream through in ``BLOCK_N`` tiles; the two matmuls are
-  ``tl.dot`` on Tensor Cores in the input dtype with float32 accumulators; the softmax
-  statistics (running max ``m`` and sum ``l``) are float32 and use ``exp2`` with the
-  scale folded into ``log2(e) * sm_scale``: the scores are scaled, then the running max
-  is subtracted (a multiply and a subtract per score; v2 below fuses them into one FMA).
-  The program writes O and the row log-sum-exp (in base 2), the only state the backward
-  pass keeps.
+- Forward, version 1 (`_fwd_kernel`): one program per ``BLOCK_M`` queries of one (batch,
+  head). Q stays in registers; K and V stream through in ``BLOCK_N`` tiles; the two matmuls
+  are ``tl.dot`` on Tensor Cores in the input dtype with float32 accumulators; the softmax
+  statistics (running max ``m`` and sum ``l``) are float32 and use ``exp2`` with the scale
+  folded into ``log2(e) * sm_scale``: the scores are scaled, then the running max is
+  subtracted. The program writes O and the row log-sum-exp (in base 2), the only state the
+  backward pass keeps.
 - Masking costs instructions, so each loop is split: full tiles strictly inside the valid
   region run without masks; only the tail tile (sequence length not a multiple of the
   tile) and, when causal, the tiles on the diagonal run masked. Causal programs stop at
   the diagonal: no fully masked tile is loaded.
 - Head dims that are not powers of two (80, 96) are padded to the next power of two in
   registers (``BLOCK_D``) with masked loads; memory is not padded or copied.
-- Backward (FA2): a small kernel computes ``delta = rowsum(dO * O)``; `_bwd_dkdv_kernel`
-  (one program per key tile, streaming queries) and `_bwd_dq_kernel` (one program per
-  query tile, streaming keys) each recompute the probabilities from the saved
-  log-sum-exp, so no atomics are needed and query and key lengths may differ.
+- Forward, version 5 (`_gluon_fwd`, `_gluon_kernels`): FA3's schedule written by hand in
+  Triton's lower-level Gluon dialect, where the kernel itself issues the Tensor Core matmuls
+  asynchronously and says where to wait (which ``tl`` does not let a kernel say): TMA copies
+  into rings of shared-memory buffers behind mbarriers, tile j's QK^T issued with
+  P_{j-1} V_{j-1} behind it and tile j's softmax run while that second matmul is in flight.
+- Routing: the default is version 5 where its measured table gives it the shape and it can
+  run (a Hopper GPU, bf16/fp16, head dim 64 or 128, equal lengths that are multiples of its
+  tile), version 1 everywhere else, silently (nothing was asked for). Asked for by name
+  (argument or environment) where it cannot run, version 1 runs and a `KernelVersionWarning`
+  says why: never a silent switch.
+- Version 5, measured. Predicted (before the first run): 5-15% over v1 at D=128. In two H200
+  runs of a dozen configurations (``benchmarks/results/h200-gluon-configs-2026-12-04-run*.json``)
+  the best configuration per shape ran 1.04-1.37x v1 and 0.72-0.95x cuDNN at D=128
+  (0.79-0.95x at N >= 4k, where v1 reached 0.74-0.81x), 0.92-1.21x v1 and 0.76-1.07x cuDNN at
+  D=64; at D=128 the overlap is worth 2-8% over the same kernel's plain schedule (its SASS,
+  read by `machine_code`, waits for P V before the softmax at that tile: the gain is the two
+  matmuls issued back to back), at D=64 the plain schedule won most shapes. Causal D=64 at
+  1k tokens stays on v1 (every v5 configuration was slower there). Three sweeps of the
+  benchmark with the default kernel (``benchmarks/results/h200-fwd-v5-default-2026-12-04-run*.json``):
+  0.86-0.94x cuDNN at D=128 and N >= 4k (v1 in the same runs: 0.75-0.79x), 0.96-1.06x at
+  D=64; at least 1.25x SDPA's FlashAttention-2 on every shape of the third sweep, below it on
+  1 and 3 shapes (1k-2k tokens) of the first two, which ran before the launcher cached its
+  per-call answers; at 1k tokens the launch path costs about as much as the kernel
+  (``benchmarks/results/h200-host-overhead-2026-12-04.json``).
+- Backward "split" (FA2's algorithm, Triton): a small kernel computes
+  ``delta = rowsum(dO * O)``; `_bwd_dkdv_kernel` (one program per key tile, streaming
+  queries) and `_bwd_dq_kernel` (one program per query tile, streaming keys) each recompute
+  the probabilities from the saved log-sum-exp, so no atomics are needed, query and key
+  lengths may differ and the gradients are bitwise reproducible. Both kernels recompute
+  ``QK^T`` and ``dO V^T``, so FA2's 5 matmuls become 7: the price of needing no atomics.
+- Backward "gluon" (the default): the same split with both kernels written in Gluon on
+  version 5's schedule (`_gluon_bwd`: K, V resident, (Q, dO) tiles in a TMA ring, S^T and
+  dP^T issued back to back, dV under dP^T). It runs where its measured table gives the
+  shape and it can run (Hopper, bf16/fp16, head dim 64 or 128, equal lengths that are
+  multiples of 64), the Triton "split" kernels everywhere else, silently unless "gluon" was
+  asked for by name. Predicted (before its first run) 1.1-1.35x the Triton kernels at D=128,
+  so 0.85-0.95x cuDNN; measured in one H100 run (``benchmarks/results/h100-gluon-bwd-2026-12-05.json``)
+  1.01-1.33x the Triton split backward at D=128 and 1.04-1.21x at D=64 (causal D=64 at 16k
+  tokens 0.97x: Triton kept there), 0.75-0.86x cuDNN at D=128 and N >= 4k (Triton: 0.74x);
+  in the full sweep that followed (``benchmarks/results/h100-attention-2026-12-05.json``, 3
+  repeats) 0.81-0.99x cuDNN there. Nsight Compute (``h100-ncu-kernels-2026-12-05.json``,
+  D=128, N=8k): its tensor pipes are busier than cuDNN's (78-84% vs 67% of peak), but the
+  split does 7 matmuls to cuDNN's 5, which is the remaining gap.
 - Float32 inputs use IEEE-precision dots (not TF32), so fp32 results are fp32-accurate.
 - Batch x heads runs on the grid's second axis (query tiles on the first, so the programs
   of one head run together and share K and V in L2); CUDA caps that axis at 65,535, so a
@@ -34,90 +80,33 @@ Design decisions:
   tiles). Float32 inputs and sequences of at most 256 tokens skip the search (one fixed
   tile each): there the search costs far more than it saves.
 
-Layout: the kernels live in `_flash_kernels.py` (imported on first use, after the
-interpreter switch); this file holds the launchers (asserts, grids), the
-`torch.autograd.Function` and the public functions. The plain references are in
-`reference.py`: `naive_attention` annotated with the bytes it moves, `tiled_attention`
-this same algorithm in PyTorch. Bytes this forward moves: Q and O once, K and V once per
-query tile (``ceil(N / BLOCK_M)`` passes, mostly served by L2), no score matrix.
+Layout: the Triton kernels live in `_flash_kernels.py` (imported on first use, after the
+interpreter switch), the Gluon ones behind `_gluon_fwd` and `_gluon_bwd`; this file holds
+the launchers (asserts, grids), the routing, the `torch.autograd.Function` and the public
+functions. The plain references are in `reference.py`: `naive_attention` annotated with
+the bytes it moves, `tiled_attention` this same algorithm in PyTorch. Bytes the version 1
+forward moves: Q and O once, K and V once per query tile (``ceil(N / BLOCK_M)`` passes,
+mostly served by L2), no score matrix.
 
-Versions of the forward kernel (``version=`` or ``MLINFRA_ATTENTION_KERNEL``; the
-backward is shared): v1 is described above. The default is v5 where its measured table
-gives it the shape and it can run (a Hopper GPU, bf16/fp16, head dim 64 or 128, equal
-lengths that are multiples of its tile), v1 everywhere else; see v5 below. v2 loads tiles
-through in-kernel TMA tensor descriptors and folds the scale into one FMA; it was predicted to gain
-5-12% on Hopper and measured 5-20% slower on the H200
-(``benchmarks/results/h200-attention-2026-12-02-v2.json``: a fixed cost per program, most
-likely the descriptor creation), so it stays as a documented, tested alternative. v2 needs a
-positive scale and 16-byte aligned tensors and rows; without them v1 runs and a
-`KernelVersionWarning` says why (never a silent switch). v3 is v2 with the descriptors built
-once per launch on the host (`TensorDescriptor`); predicted to match v1 everywhere and gain a
-few percent at D=128, it removed v2's fixed cost (1.08-1.22x v2 at N=1k) but measured
-0.95-1.0x v1 at D=128 (one shape's timing in one run, 0.77x, did not repeat) and
-0.97-1.01x at D=64 in two runs
-(``benchmarks/results/h200-fwd-versions-2026-12-04-run*.json``; chapter 1's appendix, "Version 3"):
-TMA loads buy nothing over v1's pipelined pointer loads at these tiles, so v1 stays the
-default. v2 and v3 run under the CPU interpreter too. v4 is v1 with the scores carried one
-tile ahead (FA3's intra-warpgroup overlap, by hand: tile j+1's QK^T is started before tile
-j's softmax, so the Tensor Cores work while the exp2s run). Prediction, written before the
-first run: if the compiler keeps that matmul asynchronous across the softmax, 5-10% at D=64
-(the softmax is a larger share of the work there) and 3-8% at D=128; the extra scores tile
-(32 more float32 registers per thread at 8 warps) may cost occupancy and eat the gain.
-Measured in two H200 runs (``benchmarks/results/h200-fwd-overlap-2026-12-04-run*.json``):
-0.72-0.90x v1 at D=64, 0.93-1.02x at D=128, and 0.95-0.98x at D=128 with its own tile
-search (``...-autotuned.json``): the compiler does not keep the early matmul in flight
-across the softmax (our reading, not profiled), so v4 pays the registers for nothing and
-v1 stays the default.
-v5 (`_gluon_fwd`, `_gluon_kernels`) is FA3's schedule written by hand in Triton's lower-level
-Gluon dialect, where the kernel itself issues the Tensor Core matmuls asynchronously and says
-where to wait (what v4 could not make ``tl`` do): TMA copies into rings of shared-memory
-buffers behind mbarriers, tile j's QK^T issued with P_{j-1} V_{j-1} behind it and tile j's
-softmax run while that second matmul is in flight. Predicted (before the first run): 5-15% over
-v1 at D=128. Measured in two H200 runs of a dozen configurations
-(``benchmarks/results/h200-gluon-configs-2026-12-04-run*.json``), the best configuration per
-shape ran 1.04-1.37x v1 and 0.72-0.95x cuDNN at D=128 (0.79-0.95x at N >= 4k, where v1 reached
-0.74-0.81x), 0.92-1.21x v1 and 0.76-1.07x cuDNN at D=64; at D=128 the overlap is worth 2-8%
-over the same kernel's plain schedule (its SASS, read by `machine_code`, waits for P V before
-the softmax at that tile: the gain is the two matmuls issued back to back), at D=64 the plain
-schedule won most shapes. Causal D=64 at 1k tokens stays on v1 (every v5 configuration was
-slower there).
-Three sweeps of the benchmark with the default kernel
-(``benchmarks/results/h200-fwd-v5-default-2026-12-04-run*.json``): 0.86-0.94x cuDNN at D=128
-and N >= 4k (v1 in the same runs: 0.75-0.79x), 0.96-1.06x at D=64; at least 1.25x SDPA's
-FlashAttention-2 on every shape of the third sweep, below it on 1 and 3 shapes (1k-2k
-tokens) of the first two, which ran before the launcher cached its per-call answers; at 1k
-tokens the launch path costs about as much as the kernel
-(``benchmarks/results/h200-host-overhead-2026-12-04.json``).
-
-Backwards (``backward=`` or ``MLINFRA_ATTENTION_BACKWARD``): "split" recomputes
-``QK^T`` and ``dO V^T`` in both backward kernels, so FA2's 5 matmuls become 7, the price of
-needing no atomics. "gluon" (the default) is the same split with both kernels written in
-Gluon on version 5's schedule (`_gluon_bwd`: K, V resident, (Q, dO) tiles in a TMA ring,
-S^T and dP^T issued back to back, dV under dP^T); it runs where its measured table gives the
-shape and it can run (Hopper, bf16/fp16, head dim 64 or 128, equal lengths that are multiples
-of 64), the Triton "split" kernels everywhere else, silently unless "gluon" was asked for by
-name. Predicted (before its first run) 1.1-1.35x the Triton kernels at D=128, so 0.85-0.95x
-cuDNN; measured in one H100 run (``benchmarks/results/h100-gluon-bwd-2026-12-05.json``)
-1.01-1.33x the Triton split backward at D=128 and 1.04-1.21x at D=64 (causal D=64 at 16k
-tokens 0.97x: Triton kept there), 0.75-0.86x cuDNN at D=128 and N >= 4k (Triton: 0.74x);
-in the full sweep that followed (``benchmarks/results/h100-attention-2026-12-05.json``, 3
-repeats) 0.81-0.99x cuDNN there. Nsight Compute (``h100-ncu-kernels-2026-12-05.json``, D=128,
-N=8k): its tensor pipes are busier than cuDNN's (78-84% vs 67% of peak), but the split does
-7 matmuls to cuDNN's 5, which is the remaining gap. "atomic" is FA2's own: the dK/dV kernel also computes each key tile's
-share of dQ (``dS K``, the fifth matmul) and adds it with float32 atomics into a zeroed
-buffer, cast to the input dtype at the end; no dQ kernel. Predicted to gain up to ~15% at
-D=64 (fewer matmuls) and to risk a loss at D=128 (a third accumulator's registers); measured
-0.63-0.95x the split backward over the whole sweep in two H200 runs
-(``benchmarks/results/h200-bwd-atomic-2026-12-04-run*.json``; chapter 1's appendix, "Three
-FlashAttention ideas, tried"): the atomics (one float32 add per dQ element per key tile, ``N / BLOCK_N``
-times) and the bigger program cost more than two matmuls save. Its dQ sums in an order that
-varies from run to run (atomics), so it is not bitwise reproducible.
+Removed variants (each lost to version 1 or the split backward on the H200; their code is
+in git commit 687b216, ``git show 687b216:mlinfra_lab/attention/_flash_kernels.py``, and
+`REMOVED_VERSIONS` / `REMOVED_BACKWARDS` hold the messages; the case-study appendix,
+``book/appendix_attention_case_study.ipynb``, reads their committed runs through `case_study`):
+- version 2: TMA tensor descriptors built in the kernel, the scale folded into one FMA; 5-20%
+  slower than v1 (``benchmarks/results/h200-attention-2026-12-02-v2.json``).
+- version 3: version 2 with the descriptors built on the host; 0.95-1.0x v1 at D=128,
+  0.97-1.01x at D=64 (``benchmarks/results/h200-fwd-versions-2026-12-04-run*.json``).
+- version 4: v1 with the next tile's QK^T issued before this tile's softmax; 0.72-0.90x v1
+  at D=64, 0.93-1.02x at D=128 (``benchmarks/results/h200-fwd-overlap-2026-12-04-run*.json``).
+- backward "atomic": FA2's 5 matmuls, dQ added by every key tile with float32 atomics;
+  0.63-0.95x the split backward (``benchmarks/results/h200-bwd-atomic-2026-12-04-run*.json``).
 
 Caveats: causal attention needs equal query and key lengths (`_checks`).
 The interpreter has no bfloat16.
 
-References: Dao, "FlashAttention-2" (2023); the Triton tutorial "Fused Attention"
-(06-fused-attention.py), whose exp2 trick and loop split this kernel follows.
+References: Dao, "FlashAttention-2" (2023); Shah et al., "FlashAttention-3" (2024); the
+Triton tutorial "Fused Attention" (06-fused-attention.py), whose exp2 trick and loop split
+version 1 follows.
 """
 
 from __future__ import annotations
@@ -132,14 +121,22 @@ from typing import Any
 import torch
 
 from mlinfra_lab import runtime
-from mlinfra_lab.attention._checks import AttentionInputError, check_kernel_inputs
+from mlinfra_lab.attention._checks import (
+    AttentionInputError,
+    RemovedKernelError,
+    check_kernel_inputs,
+)
 
 __all__ = [
     "BACKWARDS",
     "DEFAULT_BACKWARD",
     "DEFAULT_VERSION",
     "KERNEL_VERSIONS",
+    "REMOVED_BACKWARDS",
+    "REMOVED_IN",
+    "REMOVED_VERSIONS",
     "KernelVersionWarning",
+    "RemovedKernelError",
     "flash_attention",
     "flash_attention_lse",
     "poisoned_buffers",
@@ -148,14 +145,13 @@ __all__ = [
 ]
 
 LOG2E = 1.4426950408889634
-KERNEL_VERSIONS = (1, 2, 3, 4, 5)  # the forward kernels (see the module doc)
+KERNEL_VERSIONS = (1, 5)  # the forward kernels: 1 Triton, 5 Gluon (see the module doc)
 # the forward kernel used when neither the call nor the env picks one: v5 (Gluon) on the
 # shapes its measured table gives it, v1 everywhere else (no warning: nothing was asked for)
 DEFAULT_VERSION = 5
-# "split": dK/dV and dQ in two kernels, 7 matmuls, no atomics; "atomic": FA2's 5 matmuls,
-# dQ added by every key tile into a float32 buffer with atomics
+# "split": dK/dV and dQ in two Triton kernels, 7 matmuls, no atomics;
 # "gluon": the split backward's two kernels written in Gluon (Hopper, `_gluon_bwd`)
-BACKWARDS = ("split", "atomic", "gluon")
+BACKWARDS = ("split", "gluon")
 # the backward used when neither the call nor the env picks one: the Gluon kernels on the
 # shapes their measured table gives them, the Triton split kernels everywhere else (no
 # warning: nothing was asked for)
@@ -163,6 +159,33 @@ DEFAULT_BACKWARD = "gluon"
 # CUDA's limit on a grid's y dimension, where the launchers put batch x heads: a larger
 # product (a long batch of short sequences: 512 x 128 heads) is launched in batch chunks.
 MAX_GRID_ROWS = 65535
+
+# The variants removed after losing on the H200 (module doc, "Removed variants"): what each
+# was and what it measured, for the `RemovedKernelError` that asking for one raises.
+REMOVED_IN = "687b216"  # the last commit that holds their code
+REMOVED_VERSIONS: dict[int, str] = {
+    2: "TMA tensor descriptors built in the kernel and the scale folded into one FMA; it "
+    "measured 5-20% slower than version 1 on the H200 "
+    "(benchmarks/results/h200-attention-2026-12-02-v2.json)",
+    3: "version 2 with its descriptors built on the host; it measured 0.95-1.0x version 1 "
+    "at D=128 and 0.97-1.01x at D=64 in two H200 runs "
+    "(benchmarks/results/h200-fwd-versions-2026-12-04-run*.json)",
+    4: "version 1 with the next tile's QK^T issued before this tile's softmax; it measured "
+    "0.72-0.90x version 1 at D=64 and 0.93-1.02x at D=128 in two H200 runs "
+    "(benchmarks/results/h200-fwd-overlap-2026-12-04-run*.json)",
+}
+REMOVED_BACKWARDS: dict[str, str] = {
+    "atomic": "FA2's 5-matmul backward, dQ added by every key tile with float32 atomics; it "
+    "measured 0.63-0.95x the split backward in two H200 runs "
+    "(benchmarks/results/h200-bwd-atomic-2026-12-04-run*.json)",
+}
+
+
+def _removed(asked: str, what: str, why: str, instead: str) -> RemovedKernelError:
+    return RemovedKernelError(
+        f"{asked}: {what} was removed: {why}. Its code is in git commit {REMOVED_IN} "
+        f"(git show {REMOVED_IN}:mlinfra_lab/attention/_flash_kernels.py). {instead}"
+    )
 
 
 def _kernels() -> dict[str, Any]:
@@ -181,10 +204,22 @@ def _precision(dtype: torch.dtype) -> str:
 
 def resolve_version(version: int | None = None) -> int:
     """The forward kernel version to use: ``version`` if given, else the environment's
-    ``MLINFRA_ATTENTION_KERNEL`` (one of `KERNEL_VERSIONS`), else `DEFAULT_VERSION`."""
+    ``MLINFRA_ATTENTION_KERNEL`` (one of `KERNEL_VERSIONS`), else `DEFAULT_VERSION`.
+
+    Raises `RemovedKernelError` for a removed version (`REMOVED_VERSIONS`), and
+    `AttentionInputError` for one that never existed."""
+    asked = f"version={version!r}"
     if version is None:
-        env = os.environ.get("MLINFRA_ATTENTION_KERNEL", "").strip().lstrip("v")
+        raw = os.environ.get("MLINFRA_ATTENTION_KERNEL", "").strip()
+        env = raw.lstrip("v")
         version = int(env) if env.isdigit() else (env or DEFAULT_VERSION)
+        asked = f"MLINFRA_ATTENTION_KERNEL={raw}"
+        instead = "Unset MLINFRA_ATTENTION_KERNEL for the default, or set it to 1."
+    else:
+        instead = "Use version=1 (the Triton kernel), or no version for the default."
+    if version in REMOVED_VERSIONS:
+        what = f"kernel version {version}"
+        raise _removed(asked, what, REMOVED_VERSIONS[version], instead)
     if version not in KERNEL_VERSIONS:
         raise AttentionInputError(
             f"kernel version {version!r} does not exist; use one of {KERNEL_VERSIONS}"
@@ -194,9 +229,19 @@ def resolve_version(version: int | None = None) -> int:
 
 def resolve_backward(backward: str | None = None) -> str:
     """The backward to use: ``backward`` if given, else the environment's
-    ``MLINFRA_ATTENTION_BACKWARD``, else `DEFAULT_BACKWARD` (one of `BACKWARDS`)."""
+    ``MLINFRA_ATTENTION_BACKWARD``, else `DEFAULT_BACKWARD` (one of `BACKWARDS`).
+
+    Raises `RemovedKernelError` for a removed backward (`REMOVED_BACKWARDS`), and
+    `AttentionInputError` for one that never existed."""
+    asked = f"backward={backward!r}"
+    instead = 'Use backward="split" (the Triton kernels), or no backward for the default.'
     if backward is None:
         backward = os.environ.get("MLINFRA_ATTENTION_BACKWARD", "").strip() or DEFAULT_BACKWARD
+        asked = f"MLINFRA_ATTENTION_BACKWARD={backward}"
+        instead = "Unset MLINFRA_ATTENTION_BACKWARD for the default, or set it to split."
+    if backward in REMOVED_BACKWARDS:
+        what = f"the {backward!r} backward"
+        raise _removed(asked, what, REMOVED_BACKWARDS[backward], instead)
     if backward not in BACKWARDS:
         raise AttentionInputError(
             f"backward {backward!r} does not exist; use one of {', '.join(BACKWARDS)}"
@@ -237,31 +282,6 @@ def _empty_like(t: torch.Tensor) -> torch.Tensor:
 
 class KernelVersionWarning(UserWarning):
     """The requested kernel version cannot run on these inputs; the other one ran instead."""
-
-
-def _tma_unusable(sm_scale: float, tensors: tuple[torch.Tensor, ...]) -> str | None:
-    """Why the v2/v3 forward (TMA copies, folded scale) cannot take these inputs (None
-    when it can)."""
-    if sm_scale <= 0:
-        return f"scale {sm_scale:g}: it takes the row max before scaling, so it needs a scale > 0"
-    if any(t.data_ptr() % 16 for t in tensors):
-        return "a tensor's base is not 16-byte aligned, which its TMA copies need"
-    row = tensors[0].shape[-1] * tensors[0].element_size()
-    if row % 16:
-        return f"a row of {row} bytes is not a multiple of 16, which its TMA copies need"
-    return None
-
-
-def _descriptors(tensors: tuple[torch.Tensor, ...], rows: int, block_d: int) -> list[Any]:
-    """v3's host-side descriptors ``[batch*heads, seq, head_dim]`` of `tensors`; their
-    block shapes are set per tile by the kernel's pre-hook."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    out = []
-    for t in tensors:
-        n, d = t.shape[-2], t.shape[-1]
-        out.append(TensorDescriptor(t, [rows, n, d], [n * d, d, 1], [1, 16, block_d]))
-    return out
 
 
 def _gluon(
@@ -312,40 +332,21 @@ def _forward(
     lse = torch.empty((b * h, n_q), device=q.device, dtype=torch.float32)
     common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype))
     for s, e in _batch_chunks(b, h):  # one launch unless batch x heads > MAX_GRID_ROWS
-        cq, ck, cv, co, clse = q[s:e], k[s:e], v[s:e], o[s:e], lse[s * h : e * h]
         grid = lambda meta, rows=(e - s) * h: (_cdiv(n_q, meta["BLOCK_M"]), rows)  # noqa: E731
-        # v2/v3 need 16-byte aligned bases and rows (the copy engine), a scale > 0 (max first)
-        why_not = _tma_unusable(sm_scale, (cq, ck, cv, co)) if version in (2, 3) else None
-        if why_not:
-            warnings.warn(
-                f"flash_attention(version={version}) cannot run here ({why_not}): ran v1",
-                KernelVersionWarning,
-                stacklevel=4,
-            )
-        if version == 2 and not why_not:
-            from mlinfra_lab.attention._flash_kernels import set_descriptor_allocator
-
-            set_descriptor_allocator()
-            _kernels()["fwd_v2"][grid](cq, ck, cv, co, clse, n_q, n_k, sm_scale * LOG2E, **common)
-        elif version == 3 and not why_not:
-            descs = _descriptors((cq, ck, cv, co), (e - s) * h, common["BLOCK_D"])
-            _kernels()["fwd_v3"][grid](*descs, clse, n_q, n_k, sm_scale * LOG2E, **common)
-        else:  # v1, or v4: v1's kernel with the next tile's QK^T started early
-            _kernels()["fwd_v4" if version == 4 else "fwd"][grid](
-                cq,
-                ck,
-                cv,
-                co,
-                clse,
-                n_q,
-                n_k,
-                sm_scale * LOG2E,
-                n_q * d,
-                n_k * d,
-                d,
-                OVERLAP=version == 4,
-                **common,
-            )
+        _kernels()["fwd"][grid](
+            q[s:e],
+            k[s:e],
+            v[s:e],
+            o[s:e],
+            lse[s * h : e * h],
+            n_q,
+            n_k,
+            sm_scale * LOG2E,
+            n_q * d,
+            n_k * d,
+            d,
+            **common,
+        )
     return o, lse
 
 
@@ -408,10 +409,7 @@ def _backward(
         backward = "split"
     kern = _kernels()
     delta = _empty_like(lse)
-    dk, dv = _empty_like(k), _empty_like(v)
-    atomic = backward == "atomic"
-    # the atomic backward adds into a zeroed float32 dQ; the split one writes dQ once
-    dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if atomic else _empty_like(q)
+    dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
     common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype))
     args = (n_q, n_k, sm_scale * LOG2E, sm_scale, n_q * d, n_k * d, d)
     for s, e in _batch_chunks(b, h):  # one launch each unless batch x heads > MAX_GRID_ROWS
@@ -419,14 +417,13 @@ def _backward(
         t = [x[s:e] for x in (q, k, v, do)]
         clse, cdelta = lse[s * h : e * h], delta[s * h : e * h]
         _launch_delta(o[s:e], t[3], cdelta, rows)
-        kern["dkdv_dq" if atomic else "dkdv"][
-            lambda m, rows=rows: (_cdiv(n_k, m["BLOCK_N"]), rows)
-        ](*t, clse, cdelta, dk[s:e], dv[s:e], dq[s:e], *args, DQ_ATOMIC=atomic, **common)
-        if not atomic:
-            kern["dq"][lambda m, rows=rows: (_cdiv(n_q, m["BLOCK_M"]), rows)](
-                *t, clse, cdelta, dq[s:e], *args, **common
-            )
-    return (dq.to(q.dtype) if atomic else dq), dk, dv
+        kern["dkdv"][lambda m, rows=rows: (_cdiv(n_k, m["BLOCK_N"]), rows)](
+            *t, clse, cdelta, dk[s:e], dv[s:e], *args, **common
+        )
+        kern["dq"][lambda m, rows=rows: (_cdiv(n_q, m["BLOCK_M"]), rows)](
+            *t, clse, cdelta, dq[s:e], *args, **common
+        )
+    return dq, dk, dv
 
 
 def _launch_delta(o: torch.Tensor, do: torch.Tensor, delta: torch.Tensor, rows: int) -> None:
@@ -528,14 +525,13 @@ def flash_attention(
 ) -> torch.Tensor:
     """Fused attention (Triton), differentiable; ``[B, H, N, D]`` in, ``[B, H, Nq, D]`` out.
 
-    ``version`` picks the forward kernel (1: pointer loads; 2: tensor descriptors and a
-    folded scale; 3: the same with host-built descriptors; 4: v1 with the next tile's QK^T
-    started before this tile's softmax; 5: FA3's schedule in Gluon, Hopper only); None
-    means `resolve_version()`'s default (v5 on the shapes its table gives it, else v1).
-    ``backward`` picks the backward ("split": two Triton kernels, 7 matmuls; "atomic": FA2's
-    5 matmuls, dQ added with float32 atomics; "gluon": the split backward's kernels in Gluon,
-    Hopper only); None means `resolve_backward()`'s default (the Gluon kernels on the shapes
-    their table gives them, else "split").
+    ``version`` picks the forward kernel (1: Triton, pointer loads; 5: FA3's schedule in
+    Gluon, Hopper only); None means `resolve_version()`'s default (v5 on the shapes its table
+    gives it, else v1). ``backward`` picks the backward ("split": two Triton kernels, 7
+    matmuls; "gluon": the same split in Gluon, Hopper only); None means
+    `resolve_backward()`'s default (the Gluon kernels on the shapes their table gives them,
+    else "split"). A removed version (2-4) or backward ("atomic") raises
+    `RemovedKernelError`.
     The log-sum-exp stays in base 2 (no conversion kernel: the Nsight Compute run of the
     chapter found one extra launch per forward when this called `flash_attention_lse`)."""
     return _apply(q, k, v, causal, sm_scale, version, backward)[0]

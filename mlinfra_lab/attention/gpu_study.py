@@ -1,23 +1,26 @@
-"""One GPU session's study of the kernel: correctness, v1 against v2, memory against N, tiles.
+"""One GPU session's study of the kernel: correctness, speed, memory against N, tiles.
 
-Contract: ``python -m mlinfra_lab.attention.gpu_study --out DIR`` checks both forward
-kernel versions against a float64 reference on the GPU, then times them side by side
-with SDPA's flash and cuDNN backends over the benchmark sweep, records peak extra memory
-against sequence length at a fixed batch, and times the forward over a grid of
-``(BLOCK_M, BLOCK_N)`` tiles (`tiles.time_forward_tile`, the function the chapter's live
-widget calls); everything goes into one JSON file (and a table on stdout).
+Contract: ``python -m mlinfra_lab.attention.gpu_study --out DIR`` checks the version 1
+forward (Triton) and the default backward against a float64 reference on the GPU, then
+times it side by side with SDPA's flash and cuDNN backends over the benchmark sweep, records
+peak extra memory against sequence length at a fixed batch, and times the forward over a
+grid of ``(BLOCK_M, BLOCK_N)`` tiles (`tiles.time_forward_tile`, the function the chapter's
+live widget calls); everything goes into one JSON file (and a table on stdout). The
+committed study (``h200-attention-2026-12-02-v2.json``) also ran version 2 beside version 1,
+with the code of git commit 687b216 (version 2 was removed since: `flash`'s docstring);
+the readers below read it as it was written.
 
 Design decisions:
 - Correctness first: if any check fails, the timings are still taken but the result says
   so, and the exit code is 1.
 - One script, one call: the lease is short, so the kernels choose only among `STUDY_TILES`
   (the two forward configs that won or came close in the v1 sweep, and the backward
-  winners; `pinning.restrict`); both versions get the same list, so the comparison is fair.
+  winners; `pinning.restrict`).
 - Every launch goes through `flash_attention`, the launcher users call: the correctness
   check's NaN-filled buffers come from `flash.poisoned_buffers`, the tile sweep pins each
   tile with `pinning.force` (`tiles.time_forward_tile`).
-- Rows in ``rows`` use the `bench` format (providers ``ours_v1``, ``ours_v2``,
-  ``sdpa_flash``, ``sdpa_cudnn``), so `bench.format_table` and `bench.plot_results`
+- Rows in ``rows`` use the `bench` format (providers ``ours_v1``, ``sdpa_flash``,
+  ``sdpa_cudnn``; the committed study also has ``ours_v2``), so `bench.format_table` and `bench.plot_results`
   read them. ``memory`` and ``tiles`` are separate sections.
 
 `committed_study`, `version_rows`, `plot_memory` and `plot_tiles` read and draw a committed
@@ -65,14 +68,13 @@ CHECK_SHAPES = (
 # that won or came close in the v1 sweep, and each backward kernel's winner.
 STUDY_TILES = {
     "fwd": [(128, 64, 8, 3), (128, 128, 8, 2)],
-    "fwd_v2": [(128, 64, 8, 3), (128, 128, 8, 2)],
     "dkdv": [(64, 128, 8, 3)],
     "dq": [(128, 64, 8, 3)],
 }
 
 
 def _restricted() -> Any:
-    """All four kernels restricted to `STUDY_TILES` (`pinning.restrict`), as one context."""
+    """The three Triton kernels restricted to `STUDY_TILES` (`pinning.restrict`), as one context."""
     from contextlib import ExitStack
 
     from mlinfra_lab.attention.pinning import restrict
@@ -129,23 +131,22 @@ def _correctness() -> list[dict[str, Any]]:
         do = torch.randn(b, h, n_q, d, device="cuda", generator=g, dtype=torch.bfloat16)
         ref = _grads(naive_attention, (q.double(), k.double(), v.double()), do.double(), causal)
         eager = _grads(naive_attention, (q, k, v), do, causal)
-        for version in (1, 2):
-            ours = _poisoned_grads(version, (q, k, v), do, causal)
-            for name, a, e, r in zip(("out", "dq", "dk", "dv"), ours, eager, ref, strict=True):
-                err, eager_err = _rms(a.double() - r), _rms(e.double() - r)
-                floor = 2 * torch.finfo(torch.bfloat16).eps * max(_rms(r), 1.0)
-                ok = bool(not torch.isnan(a).any() and err <= 2 * eager_err + floor)
-                out.append(
-                    dict(
-                        shape=[b, h, n_q, n_k, d, causal],
-                        version=version,
-                        tensor=name,
-                        rms_err=err,
-                        eager_rms_err=eager_err,
-                        rel_err=err / max(_rms(r), 1e-30),
-                        ok=ok,
-                    )
+        ours = _poisoned_grads(1, (q, k, v), do, causal)
+        for name, a, e, r in zip(("out", "dq", "dk", "dv"), ours, eager, ref, strict=True):
+            err, eager_err = _rms(a.double() - r), _rms(e.double() - r)
+            floor = 2 * torch.finfo(torch.bfloat16).eps * max(_rms(r), 1.0)
+            ok = bool(not torch.isnan(a).any() and err <= 2 * eager_err + floor)
+            out.append(
+                dict(
+                    shape=[b, h, n_q, n_k, d, causal],
+                    version=1,
+                    tensor=name,
+                    rms_err=err,
+                    eager_rms_err=eager_err,
+                    rel_err=err / max(_rms(r), 1e-30),
+                    ok=ok,
                 )
+            )
     return out
 
 
@@ -156,7 +157,7 @@ def _versions(cfg: Any) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     jobs = [(p, s) for s in cfg.shapes() for p in cfg.providers]
-    for name, shape in tqdm(jobs, desc="v1 vs v2", mininterval=10):
+    for name, shape in tqdm(jobs, desc="v1 and the anchors", mininterval=10):
         rows.extend(providers.measure(name, shape, cfg, "cuda"))
         torch.cuda.empty_cache()
     return rows
@@ -224,27 +225,17 @@ def _memory() -> list[dict[str, Any]]:
 
 
 def _tiles() -> list[dict[str, Any]]:
-    """Every `TILE_CONFIGS` entry, both kernel versions, timed by `time_forward_tile`."""
+    """Every `TILE_CONFIGS` entry of the version 1 forward, timed by `time_forward_tile`."""
     from mlinfra_lab.attention.tiles import time_forward_tile
 
     rows = []
-    for version in (1, 2):
-        for bm, bn, warps, stages in TILE_CONFIGS:
-            t = time_forward_tile(
-                bm,
-                bn,
-                warps,
-                stages,
-                batch=2,
-                heads=16,
-                seq=8192,
-                head_dim=128,
-                causal=False,
-                version=version,
-            )
-            row = t.as_dict()
-            row["max_abs_diff_vs_v1"] = row.pop("max_abs_diff")  # the committed files' key
-            rows.append(row)
+    for bm, bn, warps, stages in TILE_CONFIGS:
+        t = time_forward_tile(
+            bm, bn, warps, stages, batch=2, heads=16, seq=8192, head_dim=128, causal=False
+        )
+        row = t.as_dict()
+        row["max_abs_diff_vs_v1"] = row.pop("max_abs_diff")  # the committed files' key
+        rows.append(row)
     return rows
 
 
@@ -258,8 +249,8 @@ def committed_study(name: str = "h200-attention-2026-12-02-v2.json") -> dict[str
 
 
 def version_rows(study: dict[str, Any], mode: str = "fwd") -> list[dict[str, Any]]:
-    """Per shape: TFLOP/s of v1, v2, SDPA flash and cuDNN, and v2 / v1 (same run):
-    `versions.version_table` of the study."""
+    """Per shape: TFLOP/s of each version the study timed (the committed one: v1 and v2),
+    SDPA flash and cuDNN, and ``vK / v1`` (same run): `case_study.version_table` of it."""
     from mlinfra_lab.attention.case_study import version_table
 
     return version_table(study, mode)
@@ -340,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[2])
     p.add_argument("--out", default=".", help="directory for the JSON (default: %(default)s)")
     p.add_argument("--name", default="h200-attention-study.json", help="result file name")
-    p.add_argument("--seqs", default="1024,2048,4096,8192,16384", help="v1/v2 sweep lengths")
+    p.add_argument("--seqs", default="1024,2048,4096,8192,16384", help="sweep lengths")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_study needs a CUDA GPU", file=sys.stderr)
@@ -367,7 +358,7 @@ def _study(args: argparse.Namespace) -> int:
     cfg = replace(
         bench.BenchConfig(),
         seqs=tuple(int(s) for s in args.seqs.split(",")),
-        providers=("ours_v1", "ours_v2", "sdpa_flash", "sdpa_cudnn"),
+        providers=("ours_v1", "sdpa_flash", "sdpa_cudnn"),
     )
     result["config"] = asdict(cfg)
     out = Path(args.out) / args.name
@@ -382,7 +373,7 @@ def _study(args: argparse.Namespace) -> int:
     result["matmul_tflops"] = bench._matmul_tflops(cfg, "cuda")
     result["ratios"] = bench._ratios(
         [
-            dict(r, provider="ours" if r["provider"] == "ours_v2" else r["provider"])
+            dict(r, provider="ours" if r["provider"] == "ours_v1" else r["provider"])
             for r in result["rows"]
         ]
     )

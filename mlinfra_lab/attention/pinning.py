@@ -1,8 +1,8 @@
 """Pin the attention kernels' tiles for a block of code: time one tile, or search a few.
 
 Contract: inside ``with restrict(kernel, tiles):`` the autotuner of `kernel` (``fwd``,
-``fwd_v2``, ``fwd_v3``, ``dkdv`` or ``dq``) chooses among `tiles` only; ``with force(kernel, tile):`` runs
-exactly that tile. Both restore the kernel's own list on exit. Used by `tile_sweep` (which
+``dkdv`` or ``dq``) chooses among `tiles` only; ``with force(kernel, tile):`` runs exactly
+that tile. Both restore the kernel's own list on exit. Used by `tile_sweep` (which
 writes the tile table), `tiles.time_forward_tile` and `gpu_study`: every timed launch goes
 through `flash_attention`, the launcher users call.
 
@@ -41,7 +41,6 @@ def restrict(kernel: str, tiles: list[dict[str, int]]) -> Iterator[None]:
             {"BLOCK_M": t["BLOCK_M"], "BLOCK_N": t["BLOCK_N"]},
             num_warps=t["num_warps"],
             num_stages=t["num_stages"],
-            pre_hook=saved[0].pre_hook,  # v3 sets its descriptors' block shapes there
         )
         for t in tiles
     ]

@@ -30,12 +30,21 @@ import torch
 
 from mlinfra_lab.attention.traffic import attention_flops
 
-__all__ = ["PROVIDERS", "VERSION_PROVIDERS", "TimingConfig", "measure", "time_ms"]
+__all__ = [
+    "PROVIDERS",
+    "REMOVED_PROVIDERS",
+    "VERSION_PROVIDERS",
+    "TimingConfig",
+    "measure",
+    "time_ms",
+]
 
 PROVIDERS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "eager")
-# one forward kernel version each, and the default forward with the 5-matmul backward
-# (for A/B runs)
-VERSION_PROVIDERS = ("ours_v1", "ours_v2", "ours_v3", "ours_v4", "ours_v5", "ours_atomic")
+# one forward kernel version each, with the default backward (for A/B runs)
+VERSION_PROVIDERS = ("ours_v1", "ours_v5")
+# the A/B providers of the kernels removed after losing on the H200 (`flash.REMOVED_VERSIONS`,
+# `flash.REMOVED_BACKWARDS`); committed runs still name them, the benchmark no longer runs them
+REMOVED_PROVIDERS = ("ours_v2", "ours_v3", "ours_v4", "ours_atomic")
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
@@ -83,10 +92,7 @@ def _provider_fn(name: str, n: int, causal: bool, device: str) -> Attention:
         from mlinfra_lab.attention.flash import flash_attention
 
         version = int(name[-1]) if name[-1].isdigit() else None
-        backward = "atomic" if name == "ours_atomic" else None
-        return lambda q, k, v, causal: flash_attention(
-            q, k, v, causal=causal, version=version, backward=backward
-        )
+        return lambda q, k, v, causal: flash_attention(q, k, v, causal=causal, version=version)
     if name == "eager":
         from mlinfra_lab.attention.reference import naive_attention
 
@@ -208,26 +214,20 @@ def _chosen_tiles(provider: str = "ours") -> dict[str, str]:
     """The tile each kernel ran with last (table entry or autotuner's pick), per mode."""
     from mlinfra_lab.attention._flash_kernels import kernels
     from mlinfra_lab.attention._gluon_fwd import LAST_CONFIG
-    from mlinfra_lab.attention.flash import resolve_backward, resolve_version
+    from mlinfra_lab.attention.flash import resolve_version
 
     version = int(provider[-1]) if provider[-1].isdigit() else resolve_version()
     k = kernels()
-    fwd = "fwd" if version in (1, 5) else f"fwd_v{version}"
-    pick = {
-        name: str(getattr(k[name], "best_config", "")) for name in (fwd, "dkdv", "dq", "dkdv_dq")
-    }
+    pick = {name: str(getattr(k[name], "best_config", "")) for name in ("fwd", "dkdv", "dq")}
     if version == 5 and LAST_CONFIG.get("fwd"):  # v5 ran (else v1 ran: the table says so)
-        pick[fwd], version = f"gluon {LAST_CONFIG.pop('fwd')}", 5
+        pick["fwd"], version = f"gluon {LAST_CONFIG.pop('fwd')}", 5
     elif version == 5:
         version = 1
     from mlinfra_lab.attention._gluon_bwd import LAST_CONFIG as LAST_BWD
 
-    atomic = provider == "ours_atomic" or (provider == "ours" and resolve_backward() == "atomic")
     gluon_bwd = LAST_BWD.pop("bwd", None)  # set when the Gluon backward ran
-    if atomic:
-        bwd = f"dkdv+dq atomic: {pick['dkdv_dq']}"
-    elif gluon_bwd:
+    if gluon_bwd:
         bwd = f"gluon {gluon_bwd}"
     else:
         bwd = f"dkdv: {pick['dkdv']}; dq: {pick['dq']}"
-    return {"fwd": f"v{version} {pick[fwd]}", "bwd": bwd}
+    return {"fwd": f"v{version} {pick['fwd']}", "bwd": bwd}

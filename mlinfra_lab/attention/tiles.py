@@ -1,7 +1,7 @@
 """Time the forward kernel at one tile config you choose, bypassing the autotuner.
 
 Contract: ``time_forward_tile(block_m, block_n, num_warps, num_stages, ...)`` compiles and
-runs the forward kernel (v1 or v2) with exactly that ``(BLOCK_M, BLOCK_N)`` tile,
+runs the Triton forward kernel (version 1) with exactly that ``(BLOCK_M, BLOCK_N)`` tile,
 warp count and pipeline depth on random bf16 inputs (fp16 on GPUs without bf16, such as
 Colab's T4), times it with
 `triton.testing.do_bench` (median) and returns a `TileTiming`: milliseconds, TFLOP/s and
@@ -17,14 +17,15 @@ Design decisions:
 - Inputs are validated before anything touches the GPU (`TileConfigError`, a
   `ValueError`): tiles are powers of two from 16 (the Tensor Core K dimension) to 256;
   causal tiles need ``block_m % block_n == 0`` (the diagonal loop steps by ``BLOCK_N`` from
-  a multiple of ``BLOCK_M``); warps 1-16 and powers of two; stages 1-6.
+  a multiple of ``BLOCK_M``); warps 1-16 and powers of two; stages 1-6. A removed kernel
+  version (2-4) raises `flash.RemovedKernelError`, which says where its code is.
 - On a CPU it raises `TileTimingNeedsGPUError`: the Triton interpreter runs the kernel in
   numpy, so its time says nothing about tiles on Tensor Cores.
 - Inputs are made once per shape and kept (`_inputs`), so timing many configs at one
   shape (a widget moving a slider) pays only for each config's compile.
 
 Caveats: each new config compiles a kernel (about a second); the numbers are for the GPU
-it ran on and vary a few percent from run to run. Version 2 needs Hopper-class TMA.
+it ran on and vary a few percent from run to run.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import torch
 
 from mlinfra_lab import runtime
 from mlinfra_lab.attention._checks import KERNEL_HEAD_DIM_RANGE
-from mlinfra_lab.attention.flash import KERNEL_VERSIONS
+from mlinfra_lab.attention.flash import KERNEL_VERSIONS, REMOVED_VERSIONS, resolve_version
 from mlinfra_lab.errors import MlinfraError
 
 # the Triton kernels, whose tiles this module times; version 5 (Gluon) has its own
@@ -104,7 +105,7 @@ def check_tile_config(
     version: int = 1,
 ) -> None:
     """Raise `TileConfigError` saying what to change when the kernel cannot take this
-    config or shape; return None when it can."""
+    config or shape (`RemovedKernelError` for a removed version); return None when it can."""
     for name, val in (("block_m", block_m), ("block_n", block_n)):
         if not _power_of_two(val) or not 16 <= val <= 256:
             raise TileConfigError(
@@ -126,6 +127,8 @@ def check_tile_config(
     lo, hi = KERNEL_HEAD_DIM_RANGE
     if not isinstance(head_dim, int) or not lo <= head_dim <= hi:
         raise TileConfigError(f"head_dim={head_dim!r}: the kernel takes {lo} to {hi}")
+    if version in REMOVED_VERSIONS:
+        resolve_version(version)  # raises RemovedKernelError: what it measured, where its code is
     if version not in TILED_VERSIONS:
         raise TileConfigError(
             f"version={version!r}: use one of {TILED_VERSIONS} (version 5, the Gluon kernel, "
@@ -219,7 +222,7 @@ def time_forward_tile(
         return flash_attention(q, k, v, causal=causal, version=version)
 
     try:
-        with force("fwd" if version == 1 else f"fwd_v{version}", tile):
+        with force("fwd", tile):
             diff = (call().float() - ref.float()).abs().max().item()
             ms = float(do_bench(call, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
     except Exception as err:  # noqa: BLE001 (out of resources, compile errors: report them)
