@@ -8,7 +8,7 @@ for bfloat16 or float16 ``[B, H, N, D]`` contiguous inputs with equal query and 
 when version 5 was asked for by name). `pick_config` is the measured per-shape table.
 
 Why Gluon: Triton's ``tl`` decides itself where to wait on a Tensor Core matmul, and did
-not keep one in flight across the softmax (version 4's measurement); Gluon
+not keep one in flight across the softmax (version 4, measured and removed since); Gluon
 (``triton.experimental.gluon``) is Triton's lower-level dialect in which the kernel issues
 ``wgmma`` asynchronously and says where to wait, allocates shared memory, and moves tiles
 with the TMA engine behind ``mbarrier``s, as FlashAttention-3's CUDA does.

@@ -4,7 +4,8 @@ ideas and version 5 (Gluon), each side by side with version 1 and the anchors.
 Contract, by experiment (each reader loads its committed files, oldest first, with ``file``
 added, and returns rows per shape ``(head_dim, causal, seq)`` or the ranges the case-study
 appendix of chapter 1 quotes):
-- Forward versions (``mlinfra-lab bench attention --providers ours_v1,ours_v3,...``):
+- Forward versions (``mlinfra-lab bench attention --providers ours_v1,ours_v3,...`` at
+  687b216):
   ``version_table(result, mode)`` each version's TFLOP/s (``v1``, ``v2``, ...), the anchors'
   and ``vK_over_v1``/``vK_over_cudnn``; ``committed_version_runs(pattern)`` the runs
   (`VERSION_RUNS_PATTERN`; the v4 runs with `OVERLAP_RUNS_PATTERN`); ``version_summary`` and
@@ -30,6 +31,10 @@ Design decisions:
 - Each experiment's runs live in their own files (``fwd-versions``, ``bwd-atomic``,
   ``gluon-configs``, ``fwd-v5-default``), never read as *the* benchmark of the default
   kernel: chapter 1 chooses that by its rows' kernel version (`study`).
+- The runs of versions 2-4 and of the 5-matmul ("atomic") backward were made with the code
+  of git commit 687b216; those variants were removed from the kernel since (`flash`'s
+  docstring, "Removed variants"), so their committed files are the only record of them;
+  nothing in this module runs a kernel.
 - A record is read as it was written (which launches compiled, whether the compiler split
   the loop, its message); nothing is re-derived here.
 - One module for the appendix (it is read by one page and its tests), not part of the
@@ -163,7 +168,10 @@ def version_ranges(runs: list[dict[str, Any]], version: int) -> dict[str, Any]:
     key = f"v{version}"
     rows = [r for run in runs for r in version_table(run) if r.get(f"{key}_over_v1")]
     if not rows:
-        raise ValueError(f"no run timed v1 and {key} together: run the benchmark with ours_{key}")
+        raise ValueError(
+            f"no run timed v1 and {key} together (rows of ours_v1 and ours_{key}): pass the "
+            "runs that did, such as committed_version_runs(OVERLAP_RUNS_PATTERN) for v4"
+        )
 
     def ratios(d: int) -> list[float]:
         return [r[f"{key}_over_v1"] for r in rows if r["head_dim"] == d]
@@ -271,7 +279,10 @@ def backward_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     (``split_cudnn_lo``/``_hi``, what the issue's 0.85 target is measured on)."""
     rows = [r for run in runs for r in backward_table(run) if r["atomic_over_split"]]
     if not rows:
-        raise ValueError("no run timed both backwards: run the benchmark with ours_atomic")
+        raise ValueError(
+            "no run timed both backwards (rows of ours_v1 and ours_atomic): pass the committed "
+            "runs, committed_backward_runs()"
+        )
 
     def ratios(d: int) -> list[float]:
         return [r["atomic_over_split"] for r in rows if r["head_dim"] == d]
