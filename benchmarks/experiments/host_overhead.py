@@ -92,7 +92,7 @@ def breakdown() -> list[dict]:
     kernel = g._kernel()
     flash.flash_attention(q, k, v, causal=causal, version=1)  # v1: autotune once
     best = flash._kernels()["fwd"].best_config
-    common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=d, PRECISION="tf32", OVERLAP=False)
+    common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_D=d, PRECISION="tf32")
     tile = dict(best.kwargs, num_warps=best.num_warps, num_stages=best.num_stages)
     v1_grid = (n // best.kwargs["BLOCK_M"], b * h)
     v1_args = (q, k, v, o, lse, n, n, scale * flash.LOG2E, n * d, n * d, d)

@@ -8,7 +8,11 @@ writes one JSON record per case: whether it compiled or the compiler's message, 
 compiled TTGIR holds a ``ttg.warp_specialize`` region (the pass really split the loop into
 partitions), the largest difference from version 1's output, and, where it compiled, its
 time over the same launch without the flag (medians of `triton.testing.do_bench`,
-alternated, 3 repeats). The file also says device, versions and date. Needs a Hopper GPU.
+alternated, 3 repeats). The file also says device, versions and date. Needs a Hopper GPU
+and a checkout of git commit 687b216: version 2 was removed from the kernel after losing on
+the H200 (`flash`'s docstring, "Removed variants"), and without its kernel the probe says so
+and exits with status 2. Its committed record (``h200-warp-specialize-2026-12-04.json``)
+is what chapter 1's appendix reads (`case_study.warp_specialize_probe`).
 
 Design decisions:
 - The kernel is launched directly, not through `flash_attention`: no autotuner, no tile
@@ -152,6 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import triton
 
+    from mlinfra_lab.attention import _flash_kernels as fk
+
+    if not hasattr(fk, "_fwd_kernel_v2"):
+        print(
+            "the probe launches the version 2 forward, removed from this checkout; run it from "
+            "git commit 687b216 (git worktree add ../probe 687b216), where _fwd_kernel_v2 exists",
+            file=sys.stderr,
+        )
+        return 2
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         print("needs a Hopper (sm_90) or newer GPU: the pass and TMA descriptors are Hopper's")
         return 2
