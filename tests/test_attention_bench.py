@@ -32,6 +32,25 @@ def test_check_baseline_threshold():
     assert bench.check_baseline(slow, base, tolerance=0.2) == []
 
 
+def test_check_baseline_refuses_a_baseline_of_another_kernel():
+    """A baseline of version 1 (or the Triton backward) cannot guard version 5 (or Gluon's):
+    the shape fails with a re-baseline message, however fast it ran."""
+    base = _result({(1024, 64, False, "fwd"): 1.0, (1024, 64, False, "bwd"): 2.0})
+    base["rows"][0]["tiles"] = "BLOCK_M: 128, BLOCK_N: 64, num_warps: 8"  # a v1 run's record
+    base["rows"][1]["tiles"] = "dkdv: BLOCK_M: 64, BLOCK_N: 64"  # the Triton split backward
+    now = _result({(1024, 64, False, "fwd"): 0.5, (1024, 64, False, "bwd"): 1.0})
+    now["rows"][0]["tiles"] = "v5 gluon overlap-m128n64w4s2"
+    now["rows"][1]["tiles"] = "gluon kv-m64n64w4s2.q-m64n64w4s2"
+    failures = bench.check_baseline(now, base)
+    assert len(failures) == 2
+    bwd, fwd = failures  # sorted by shape: "bwd" < "fwd"
+    assert "fwd: this run timed kernel v5, the baseline v1" in fwd and "re-baseline" in fwd
+    assert "bwd: this run timed kernel gluon, the baseline split" in bwd
+    same = copy.deepcopy(now)
+    assert bench.check_baseline(now, same) == []
+    assert [bench.row_kernel(r) for r in base["rows"]] == ["v1", "split"]
+
+
 def test_check_baseline_refuses_disjoint_sweeps():
     with pytest.raises(bench.BaselineError, match="no shape in common"):
         bench.check_baseline(

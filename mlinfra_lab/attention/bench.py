@@ -5,7 +5,8 @@ Contract: `run_benchmark(config)` times forward and backward of every provider o
 shape of the sweep and returns a JSON-ready dict (config, device, per-row times and their
 repeats, TFLOP/s, peak extra memory, ratios to each anchor with their spread);
 `check_baseline(result, baseline)` lists the shapes where our kernel got more than
-``tolerance`` slower than a committed result; `check_anchor(result)` the shapes where it
+``tolerance`` slower than a committed result, or where the baseline timed another kernel
+(`row_kernel`: a baseline of version 1 cannot guard version 5); `check_anchor(result)` the shapes where it
 fell below 1.25x SDPA flash in any repeat.
 
 Design decisions:
@@ -250,32 +251,56 @@ def run_benchmark(
     return result
 
 
+def row_kernel(row: dict[str, Any]) -> str | None:
+    """Which of our kernels a row timed, from its ``tiles`` record: ``"v1"`` or ``"v5"`` for a
+    forward, ``"split"`` (Triton) or ``"gluon"`` for a backward; None when the row does not
+    say (an anchor, a failed shape, a hand-made result without tiles)."""
+    tiles = row.get("tiles")
+    if not tiles:
+        return None
+    if row.get("mode") == "fwd":
+        # runs before kernel versions existed wrote the bare v1 tile ("BLOCK_M: ...")
+        return tiles.split()[0] if tiles.startswith("v") else "v1"
+    return "gluon" if tiles.startswith("gluon") else "split"
+
+
 def check_baseline(
     result: dict[str, Any], baseline: dict[str, Any], tolerance: float = 0.10
 ) -> list[str]:
-    """Shapes where our kernel is more than ``tolerance`` slower than in ``baseline``.
+    """Shapes where our kernel is more than ``tolerance`` slower than in ``baseline``, and
+    shapes where the baseline timed another kernel (`row_kernel`), which it cannot guard.
 
     Compares our median times shape by shape (seq, head dim, causal, mode); raises
     `BaselineError` when the two results share no shape, since that compares nothing.
     """
 
-    def ours(res: dict[str, Any]) -> dict[tuple, float]:
+    def ours(res: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
         return {
-            (r["seq"], r["head_dim"], r["causal"], r["mode"]): r["ms"]
+            (r["seq"], r["head_dim"], r["causal"], r["mode"]): r
             for r in res["rows"]
             if r["provider"] == "ours" and r["ms"] is not None
         }
 
-    now, then = ours(result), ours(baseline)
-    common = sorted(set(now) & set(then))
+    now_rows, then_rows = ours(result), ours(baseline)
+    common = sorted(set(now_rows) & set(then_rows))
     if not common:
         raise BaselineError(
             "the baseline has no shape in common with this run; "
             "run the same sweep (same --seqs/--head-dims) as the baseline"
         )
+    now = {k: r["ms"] for k, r in now_rows.items()}
+    then = {k: r["ms"] for k, r in then_rows.items()}
     failures = []
     for key in common:
-        if now[key] > then[key] * (1 + tolerance):
+        k_now, k_then = row_kernel(now_rows[key]), row_kernel(then_rows[key])
+        if k_now and k_then and k_now != k_then:
+            n, d, causal, mode = key
+            failures.append(
+                f"seq={n} head_dim={d} causal={causal} {mode}: this run timed kernel {k_now}, "
+                f"the baseline {k_then}: not comparable; re-baseline on this GPU (write the "
+                "sweep with --out and copy it into benchmarks/baselines/)"
+            )
+        elif now[key] > then[key] * (1 + tolerance):
             n, d, causal, mode = key
             failures.append(
                 f"seq={n} head_dim={d} causal={causal} {mode}: {now[key]:.3f} ms vs "
