@@ -18,7 +18,8 @@ readers of committed results that only chapter 1's pages use are modules of thei
 exported: `study` (the default kernel's runs, the roofline), `case_study` (the appendix's
 kernel versions and techniques), `gpu_study` (the H200 memory and tile study) and
 `machine_code` (SASS read back on a CPU); the benchmark is `bench`, the Nsight Compute
-harness `counters`, the tile table `tile_table` (written by `tile_sweep`).
+harness `counters` and the reader of its kernel profiles `kernel_profile`, the tile table
+`tile_table` (written by `tile_sweep`).
 
 Importing this package imports torch but not triton: the kernel module switches on the
 CPU interpreter (when there is no GPU) before its first triton import.
