@@ -21,6 +21,14 @@ Design decisions:
   the judge makes the same calls of its own copy, so a grader that counts them counts
   there too. A grader function a callback calls is recorded again (nested in order).
 - Results are encoded when they are returned (a later mutation does not change them).
+- Nothing of the student's may run beside the grader once a call returns (issue 30): the
+  expected values are computed after the call, and code still running could copy them into
+  the returned value and the record. A call that returns with a trace function installed
+  (``sys.settrace``, ``threading.settrace``, a frame's ``f_trace``) or a Python thread it
+  started still alive raises `GraderRaceError` instead of returning (in the record too, so
+  the judge fails the grader as well); the trace is removed first. Threads are compared by
+  ``sys._current_frames()`` before and after the call; a thread that finished before the
+  call returned could see no expected value yet.
 - Nothing here is trusted: it runs in the student's interpreter, which can rewrite it. A
   forged record is at most a set of values the student's functions could have returned;
   the judge (see `judge_replay`) decides what they are worth.
@@ -30,10 +38,13 @@ Design decisions:
 from __future__ import annotations
 
 import functools
+import sys
+import threading
 import types
 from pathlib import Path
 from typing import Any
 
+from .errors import GraderRaceError
 from .judge_wire import Encoder, dump
 
 __all__ = ["TOKEN", "arm", "disarm", "prepare"]
@@ -118,8 +129,10 @@ def _recorder(name: str, fn: Any) -> Any:
         args = tuple(_spy(a, i, call) for i, a in enumerate(args))
         kwargs = {k: _spy(v, k, call) for k, v in kwargs.items()}
         _state["inside"] = True
+        threads, trace = set(_current_frames()), (_gettrace(), _threading_gettrace())
         try:
             result = fn(*args, **kwargs)
+            _left_running(name, threads, trace)
         except BaseException as err:
             call["raised"] = _state["encoder"].exception(err)
             raise
@@ -130,6 +143,46 @@ def _recorder(name: str, fn: Any) -> Any:
 
     setattr(record, _MARK, fn)
     return record
+
+
+_current_frames, _getframe, _gettrace, _settrace = (
+    sys._current_frames,
+    sys._getframe,
+    sys.gettrace,
+    sys.settrace,
+)
+_threading_gettrace, _threading_settrace = threading.gettrace, threading.settrace
+
+
+def _left_running(name: str, threads: set[int], trace: tuple[Any, Any]) -> None:
+    """Raise `GraderRaceError` when the call of `name` that just returned left a trace
+    function or a new thread running (see the module docstring); remove the trace first."""
+    traced = [f for f in _frames() if f.f_trace is not None]
+    if (_gettrace(), _threading_gettrace()) != trace or traced:
+        _settrace(trace[0])
+        _threading_settrace(trace[1])
+        for frame in traced:
+            frame.f_trace = None
+        raise GraderRaceError(
+            f"{name} returned with a trace function of its own installed (sys.settrace or a "
+            "frame's f_trace); a grader does not go on with your code running between its "
+            "lines: remove the trace before returning"
+        ) from None
+    alive = set(_current_frames()) - threads
+    if alive:
+        raise GraderRaceError(
+            f"{name} returned with {len(alive)} thread(s) it started still running; a grader "
+            "does not check a result while your code runs beside it: join every thread "
+            "before returning"
+        ) from None
+
+
+def _frames() -> list[types.FrameType]:
+    frames, frame = [], _getframe(2)
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    return frames
 
 
 def _spy(value: Any, key: int | str, call: dict[str, Any]) -> Any:
