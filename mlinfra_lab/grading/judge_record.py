@@ -24,15 +24,18 @@ Design decisions:
 - Nothing of the student's may run beside the grader once a call returns (issue 30): the
   expected values are computed after the call, and code still running could copy them into
   the returned value and the record. A call that returns with a trace function installed
-  (``sys.settrace``, ``threading.settrace``, a frame's ``f_trace``) or a Python thread it
-  started still alive raises `GraderRaceError` instead of returning (in the record too, so
-  the judge fails the grader as well); the trace is removed first. Threads are compared by
-  ``sys._current_frames()`` before and after the call; a thread that finished before the
-  call returned could see no expected value yet.
+  (``sys.settrace``, ``threading.settrace``, a frame's ``f_trace``) or a Python thread of
+  the notebook's still alive raises `GraderRaceError` instead of returning (in the record too, so
+  the judge fails the grader as well); the trace is removed first. The notebook's threads
+  are those of ``sys._current_frames()`` the kernel did not have before its first cell
+  (`kernel_reset.kernel_threads`), so a thread an earlier cell started counts too; tqdm's
+  progress monitor is let be. A thread that finished before the call returned could see
+  no expected value yet.
 - Nothing here is trusted: it runs in the student's interpreter, which can rewrite it. A
   forged record is at most a set of values the student's functions could have returned;
   the judge (see `judge_replay`) decides what they are worth.
-- Standard library, `judge_wire` and `errors` only: cheap to import in every kernel.
+- Standard library, `judge_wire`, `kernel_reset` and `errors` only: cheap to import in
+  every kernel.
 """
 
 from __future__ import annotations
@@ -129,7 +132,7 @@ def _recorder(name: str, fn: Any) -> Any:
         args = tuple(_spy(a, i, call) for i, a in enumerate(args))
         kwargs = {k: _spy(v, k, call) for k, v in kwargs.items()}
         _state["inside"] = True
-        threads, trace = set(_current_frames()), (_gettrace(), _threading_gettrace())
+        threads, trace = _kernel_threads(), (_gettrace(), _threading_gettrace())
         try:
             result = fn(*args, **kwargs)
             _left_running(name, threads, trace)
@@ -168,13 +171,30 @@ def _left_running(name: str, threads: set[int], trace: tuple[Any, Any]) -> None:
             "frame's f_trace); a grader does not go on with your code running between its "
             "lines: remove the trace before returning"
         ) from None
-    alive = set(_current_frames()) - threads
-    if alive:
+    if not threads:  # no snapshot: not a graded kernel
+        return
+    alive = set(_current_frames()) - threads - {threading.get_ident()}
+    if [t for t in alive if not _progress_monitor(t)]:
         raise GraderRaceError(
-            f"{name} returned with {len(alive)} thread(s) it started still running; a grader "
-            "does not check a result while your code runs beside it: join every thread "
-            "before returning"
+            f"{name} returned with {len(alive)} thread(s) of the notebook's still running; "
+            "a grader does not check a result while your code runs beside it: join every "
+            "thread you start (in a cell or a function) before a grader runs"
         ) from None
+
+
+def _kernel_threads() -> set[int]:
+    """The kernel's own threads (`kernel_reset.snapshot`, before any cell): the others are
+    the notebook's."""
+    from .kernel_reset import kernel_threads
+
+    return set(kernel_threads())
+
+
+def _progress_monitor(ident: int) -> bool:
+    """tqdm's monitor thread, which the course's progress bars start and leave running."""
+    thread = threading._active.get(ident)  # the Thread object of an ident
+    kind = type(thread)
+    return kind.__module__ == "tqdm._monitor" and kind.__qualname__ == "TMonitor"
 
 
 def _frames() -> list[types.FrameType]:
