@@ -28,8 +28,10 @@ Design decisions:
   the notebook's still alive raises `GraderRaceError` instead of returning (in the record too, so
   the judge fails the grader as well); the trace is removed first. The notebook's threads
   are those of ``sys._current_frames()`` the kernel did not have before its first cell
-  (`kernel_reset.kernel_threads`), so a thread an earlier cell started counts too; tqdm's
-  progress monitor is let be. A thread that finished before the call returned could see
+  (`kernel_reset.kernel_threads`), so a thread an earlier cell started counts too; threads
+  of the kernel's machinery started later (ipykernel's, for output) and tqdm's progress
+  monitor are let be, told by their class or target's module (`_machinery`), which a
+  notebook that rewrites this module or those classes can forge, like the rest here. A thread that finished before the call returned could see
   no expected value yet.
 - Nothing here is trusted: it runs in the student's interpreter, which can rewrite it. A
   forged record is at most a set of values the student's functions could have returned;
@@ -174,7 +176,7 @@ def _left_running(name: str, threads: set[int], trace: tuple[Any, Any]) -> None:
     if not threads:  # no snapshot: not a graded kernel
         return
     alive = set(_current_frames()) - threads - {threading.get_ident()}
-    if [t for t in alive if not _progress_monitor(t)]:
+    if [t for t in alive if not _machinery(t)]:
         raise GraderRaceError(
             f"{name} returned with {len(alive)} thread(s) of the notebook's still running; "
             "a grader does not check a result while your code runs beside it: join every "
@@ -190,11 +192,22 @@ def _kernel_threads() -> set[int]:
     return set(kernel_threads())
 
 
-def _progress_monitor(ident: int) -> bool:
-    """tqdm's monitor thread, which the course's progress bars start and leave running."""
+_MACHINERY = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "asyncio", "tqdm")
+
+
+def _machinery(ident: int) -> bool:
+    """Whether thread `ident` is the kernel's or a library's (ipykernel starts some after
+    the first cell, for output; tqdm's progress monitor): its class, or the target of a
+    plain `threading.Thread`, comes from one of `_MACHINERY`. A thread with no `Thread`
+    object (``_thread.start_new_thread``) is the notebook's."""
     thread = threading._active.get(ident)  # the Thread object of an ident
-    kind = type(thread)
-    return kind.__module__ == "tqdm._monitor" and kind.__qualname__ == "TMonitor"
+    if thread is None:
+        return False
+    owner = type(thread)
+    if owner is threading.Thread:
+        owner = getattr(thread, "_target", None)
+    module = getattr(owner, "__module__", None) or ""
+    return module.split(".")[0] in _MACHINERY
 
 
 def _frames() -> list[types.FrameType]:
