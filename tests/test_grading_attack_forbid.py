@@ -4,12 +4,21 @@ A student who may not call ``online_softmax`` copied it: ``__code__.replace()`` 
 name, file and first line) wrapped in ``types.FunctionType``, or the function's source
 run again with ``exec`` (with its locals renamed). Each copy is another code object, so the
 guard's identity check missed them; it now compares code by content (`forbid.code_key`).
+Round 2: a ``marshal`` round trip, ``copy.deepcopy``, ``pickle``, ``functools.partial``, a
+``functools.wraps`` layer and a ``NOP`` inserted into ``co_code`` were already refused; a
+constant appended to ``co_consts`` was not (the guard's cheap first look compared the number
+of constants) and is now.
 The guard runs here in-process, as it does in a kernel (the same module, the same hook).
 """
 
 from __future__ import annotations
 
+import copy
+import dis
+import functools
 import inspect
+import marshal
+import pickle
 import types
 
 import pytest
@@ -29,6 +38,23 @@ def _replaced():
     fn = reference.online_softmax
     code = fn.__code__.replace(co_name="my_softmax", co_filename="mine.py", co_firstlineno=7)
     return types.FunctionType(code, fn.__globals__, "my_softmax", fn.__defaults__)
+
+
+def _rebuilt(code: types.CodeType):
+    fn = reference.online_softmax
+    return types.FunctionType(code, fn.__globals__, "mine", fn.__defaults__)
+
+
+def _extra_constant():
+    """An unused constant appended to co_consts (this one scored: the guard's first look
+    compared the number of constants)."""
+    code = reference.online_softmax.__code__
+    return _rebuilt(code.replace(co_consts=(*code.co_consts, "unused")))
+
+
+def _nop_inserted():
+    code = reference.online_softmax.__code__
+    return _rebuilt(code.replace(co_code=bytes([dis.opmap["NOP"], 0]) + code.co_code))
 
 
 def _exec_copy(rename: bool):
@@ -51,6 +77,21 @@ def _honest(x, block, stats_dtype=torch.float32):
         pytest.param(_replaced, id="code-replace"),
         pytest.param(lambda: _exec_copy(False), id="exec-of-its-source"),
         pytest.param(lambda: _exec_copy(True), id="exec-with-renamed-locals"),
+        pytest.param(
+            lambda: _rebuilt(marshal.loads(marshal.dumps(reference.online_softmax.__code__))),
+            id="marshal-round-trip",
+        ),
+        pytest.param(lambda: copy.deepcopy(reference.online_softmax), id="deepcopy"),
+        pytest.param(lambda: pickle.loads(pickle.dumps(reference.online_softmax)), id="pickle"),
+        pytest.param(lambda: functools.partial(reference.online_softmax), id="partial"),
+        pytest.param(
+            lambda: functools.wraps(reference.online_softmax)(
+                lambda *a, **k: reference.online_softmax(*a, **k)
+            ),
+            id="wrapped",
+        ),
+        pytest.param(_extra_constant, id="edited-co-consts"),
+        pytest.param(_nop_inserted, id="edited-co-code-nop"),
     ],
 )
 def test_a_copy_of_a_forbidden_function_is_refused(copy):

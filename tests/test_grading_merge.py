@@ -24,7 +24,7 @@ SECRET = "chunk-s3cret"
 SOURCES = (("00_warmup", "/labs/00_warmup.ipynb", "cd" * 32),)
 
 
-def _chunk(tmp_path, name: str, students: list[str], problems=(), sources=SOURCES):
+def _chunk(tmp_path, name: str, students: list[str], problems=(), sources=SOURCES, unenforced=()):
     results = tuple(
         GradeResult(
             s,
@@ -38,7 +38,7 @@ def _chunk(tmp_path, name: str, students: list[str], problems=(), sources=SOURCE
         )
         for s in students
     )
-    report = GradeReport(results, tuple(problems), sources=sources)
+    report = GradeReport(results, tuple(problems), sources=sources, unenforced=tuple(unenforced))
     write_gradebook(report, tmp_path / name, secret=SECRET)
     return tmp_path / name
 
@@ -139,3 +139,22 @@ def test_a_gradebook_read_back_keeps_the_budgets_not_enforced() -> None:
     back = report_from_json(report.as_dict())
     assert back.unenforced == ("memory: no cgroups",)
     assert back.as_dict()["config"]["budgets_not_enforced"] == ["memory: no cgroups"]
+
+
+def test_a_merge_of_chunks_keeps_every_budget_any_chunk_could_not_hold(tmp_path):
+    """Three chunks, graded on machines that held different budgets: the merged gradebook
+    records each line once, in the order the chunks first gave it."""
+    memory, disk = "the memory budget is not enforced: no cgroups", "the disk budget: no root"
+    a = _chunk(tmp_path, "a", ["alice"], unenforced=[memory])
+    b = _chunk(tmp_path, "b", ["bob"])
+    c = _chunk(tmp_path, "c", ["carol"], unenforced=[disk, memory])
+    code, err = _merge(str(a), str(b), str(c), "--out", str(tmp_path / "all"))
+    assert code == 0, err
+    book = json.loads((tmp_path / "all" / "gradebook.json").read_text())
+    assert book["config"]["budgets_not_enforced"] == [memory, disk]
+    assert sorted(r["student"] for r in book["results"]) == ["alice", "bob", "carol"]
+    assert verify_gradebook(tmp_path / "all", SECRET).ok
+    code, err = _merge(str(c), str(b), str(a), "--out", str(tmp_path / "again"))
+    assert code == 0, err
+    again = json.loads((tmp_path / "again" / "gradebook.json").read_text())
+    assert again["config"]["budgets_not_enforced"] == [disk, memory]

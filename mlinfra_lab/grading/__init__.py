@@ -14,7 +14,8 @@ The workflow of an instructor, one module per step:
 - `reference`: `using_reference`, a later exercise graded with the earlier ones' references.
 - `secret`: `grading_rng` / `grading_seed`, hidden-test inputs drawn from the grading secret.
 - `execute`: run notebooks, each in a fresh `sandbox` (bubblewrap, or a separate user and
-  resource limits) under `budgets`; `kernel_runner` drives one kernel over jupyter's
+  resource limits) under `budgets` (held together per sandbox by `cgroups`, or by
+  `memory_watch` where there are none); `kernel_runner` drives one kernel over jupyter's
   protocol and scores each cell from its ``execute_reply`` (`kernel_client`), after
   `kernel_reset` has put IPython's machinery back.
 - `judge`: each grader's checks again, in a second kernel that never runs the student's

@@ -22,10 +22,13 @@ The budgets, and what an overrun does (the batch always goes on):
   per-cell timeout, so a notebook stops within one cell timeout of its limit.
 - memory and processes of a sandbox together (issue 30): a control group per sandbox
   (`cgroups`: resident memory, memfd and tmpfs pages of all its processes; ``pids.max``
-  tasks, `DEFAULT_MAX_PROCS`) where the machine lets this process make one; the cell
-  that runs into a cap fails with `overrun_message`, the sandbox is stopped and the later
-  cells are not run (0 for what it did not finish). ``grade`` says once, before it starts,
-  which budget it cannot enforce here (`Sandbox.limits_missing`).
+  tasks, `DEFAULT_MAX_PROCS`) where the machine lets this process make one; where it
+  does not, memory is held by a watch in the grading process that samples the sandbox's
+  processes, memory files and tmpfs and kills the sandbox past the budget
+  (`memory_watch`). The cell that runs into a cap fails with `overrun_message`, the
+  sandbox is stopped and the later cells are not run (0 for what it did not finish).
+  ``grade`` says once, before it starts, which budget it cannot enforce here
+  (`Sandbox.limits_missing`).
 - disk (`DEFAULT_DISK_LIMIT`): the kernel's home, ``/tmp`` and ``/dev/shm`` are tmpfs of
   that size (bubblewrap's ``--size``, counted in the memory cap too), and its working
   folder on the host is sealed once its sockets exist (`Sandbox.seal`, as root): a write
@@ -128,9 +131,16 @@ def notebook_timeout_message(limit: float) -> str:
     return f"not run: the notebook ran past its time limit of {limit:g} s (--notebook-timeout)"
 
 
-def overrun_message(kind: str, limit: int | float | None) -> str:
+def overrun_message(kind: str, limit: int | float | None, detail: str | None = None) -> str:
     """The message of the cell that ran a sandbox into its `kind` cap ("memory",
-    "processes"); the cells after it are not run (see `kernel_runner`)."""
+    "processes"); the cells after it are not run (see `kernel_runner`). `detail` is what
+    the memory watch measured (`memory_watch.Usage.describe`), where it held the budget."""
+    if kind == "memory" and detail:
+        return (
+            f"stopped: memory budget of {human_bytes(limit or 0)} exceeded by the notebook's "
+            f"processes together (--memory-limit): {detail}; this cell was running, the "
+            "cells after it were not run"
+        )
     if kind == "memory":
         what = f"{human_bytes(limit or 0)} of memory for all its processes (--memory-limit)"
     else:

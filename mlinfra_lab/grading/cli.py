@@ -98,9 +98,10 @@ The secret:
 
 Budgets (each overrun is a message in the gradebook; the batch goes on):
   --memory-limit: the resident memory of all of a sandbox's processes together (a
-  control group: memfd, shared-memory and tmpfs pages counted), and the address space
-  of each kernel (RLIMIT_AS). Past it the cell fails and the sandbox stops (0 for the
-  cells it did not run). A kernel that imports torch and triton reserves about 1.7 GB
+  control group: memfd, shared-memory and tmpfs pages counted; where none can be made,
+  the grader samples the same every 50 ms and kills the sandbox past it), and the
+  address space of each kernel (RLIMIT_AS). Past it the cell fails and the sandbox
+  stops (0 for the cells it did not run). A kernel that imports torch and triton reserves about 1.7 GB
   of address space (2 cores; more with more cores). The default is 4 GiB, and off on a
   machine with an NVIDIA GPU (CUDA reserves address space it never uses): there, limit
   memory with the batch scheduler. --max-procs: processes and threads of one sandbox

@@ -19,6 +19,7 @@ __all__ = [
     "CallGuardError",
     "ExecutionError",
     "ForbiddenCallError",
+    "GraderRaceError",
     "GradingError",
     "JudgeError",
     "MarkerError",
@@ -54,6 +55,11 @@ class ForbiddenCallError(GradingError):
 
 class CallGuardError(GradingError):
     """The guard of a ``forbid`` grader could not be installed or was removed while it ran."""
+
+
+class GraderRaceError(GradingError):
+    """A student function returned with code of its own still running beside the grader (a
+    trace function, a thread): the call fails (see `judge_record`)."""
 
 
 class JudgeError(GradingError):

@@ -24,8 +24,12 @@ Design decisions:
   content (`code_key`: instructions and constants, not local names, file or line numbers)
   with the forbidden ones, so ``fn.__code__.replace(co_name=...)``, ``types.FunctionType(code,
   ...)`` over a replaced code and a re-``exec`` of the course's source are refused as the
-  original is. The codes met are kept (their ids cannot be reused) and compared once each.
-  A copy whose bytecode was edited is not caught here; the judge's own inputs still apply.
+  original is; so are a ``marshal`` round trip, ``copy.deepcopy``, ``pickle`` (the
+  original itself), ``functools.partial`` / ``__wrapped__`` layers, ``NOP``s inserted into
+  ``co_code`` and constants appended to ``co_consts``. The codes met are kept (their ids
+  cannot be reused) and compared once each. A copy whose instructions or used constants
+  were edited is another function as far as this guard can tell, and is not caught here;
+  the judge's own inputs still apply.
 - ``sys.setprofile`` (and ``threading.setprofile`` for threads started in the block): the
   hook sees a ``"call"`` event for every Python frame, compares ``id(frame.f_code)`` with a
   set of ids (hashing a code object would hash its bytecode on every call) and raises.
@@ -143,9 +147,10 @@ _SKIP_OPS = frozenset({"CACHE", "RESUME", "NOP", "EXTENDED_ARG", "PRECALL", "PUS
 _SAME_OPS = {"LOAD_METHOD": "LOAD_ATTR", "CALL_METHOD": "CALL", "CALL_FUNCTION": "CALL"}
 
 
-def _shape(code: types.CodeType) -> tuple[int, int, int]:
-    """A cheap first look: a copy has the same arguments and the same number of constants."""
-    return (code.co_argcount, code.co_kwonlyargcount, len(code.co_consts))
+def _shape(code: types.CodeType) -> tuple[int, int]:
+    """A cheap first look: a copy has the same arguments (not always the same number of
+    constants: an unused one can be appended to ``co_consts``)."""
+    return (code.co_argcount, code.co_kwonlyargcount)
 
 
 def code_key(code: types.CodeType) -> tuple:

@@ -21,19 +21,35 @@ Design decisions:
   the judge makes the same calls of its own copy, so a grader that counts them counts
   there too. A grader function a callback calls is recorded again (nested in order).
 - Results are encoded when they are returned (a later mutation does not change them).
+- Nothing of the student's may run beside the grader once a call returns (issue 30): the
+  expected values are computed after the call, and code still running could copy them into
+  the returned value and the record. A call that returns with a trace function installed
+  (``sys.settrace``, ``threading.settrace``, a frame's ``f_trace``) or a Python thread of
+  the notebook's still alive raises `GraderRaceError` instead of returning (in the record too, so
+  the judge fails the grader as well); the trace is removed first. The notebook's threads
+  are those of ``sys._current_frames()`` the kernel did not have before its first cell
+  (`kernel_reset.kernel_threads`), so a thread an earlier cell started counts too; threads
+  of the kernel's machinery started later (ipykernel's, for output) and tqdm's progress
+  monitor are let be, told by their class or target's module (`_machinery`), which a
+  notebook that rewrites this module or those classes can forge, like the rest here. A thread that finished before the call returned could see
+  no expected value yet.
 - Nothing here is trusted: it runs in the student's interpreter, which can rewrite it. A
   forged record is at most a set of values the student's functions could have returned;
   the judge (see `judge_replay`) decides what they are worth.
-- Standard library, `judge_wire` and `errors` only: cheap to import in every kernel.
+- Standard library, `judge_wire`, `kernel_reset` and `errors` only: cheap to import in
+  every kernel.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
+import threading
 import types
 from pathlib import Path
 from typing import Any
 
+from .errors import GraderRaceError
 from .judge_wire import Encoder, dump
 
 __all__ = ["TOKEN", "arm", "disarm", "prepare"]
@@ -118,8 +134,10 @@ def _recorder(name: str, fn: Any) -> Any:
         args = tuple(_spy(a, i, call) for i, a in enumerate(args))
         kwargs = {k: _spy(v, k, call) for k, v in kwargs.items()}
         _state["inside"] = True
+        threads, trace = _kernel_threads(), (_gettrace(), _threading_gettrace())
         try:
             result = fn(*args, **kwargs)
+            _left_running(name, threads, trace)
         except BaseException as err:
             call["raised"] = _state["encoder"].exception(err)
             raise
@@ -130,6 +148,74 @@ def _recorder(name: str, fn: Any) -> Any:
 
     setattr(record, _MARK, fn)
     return record
+
+
+_current_frames, _getframe, _gettrace, _settrace = (
+    sys._current_frames,
+    sys._getframe,
+    sys.gettrace,
+    sys.settrace,
+)
+_threading_gettrace, _threading_settrace = threading.gettrace, threading.settrace
+
+
+def _left_running(name: str, threads: set[int], trace: tuple[Any, Any]) -> None:
+    """Raise `GraderRaceError` when the call of `name` that just returned left a trace
+    function or a new thread running (see the module docstring); remove the trace first."""
+    traced = [f for f in _frames() if f.f_trace is not None]
+    if (_gettrace(), _threading_gettrace()) != trace or traced:
+        _settrace(trace[0])
+        _threading_settrace(trace[1])
+        for frame in traced:
+            frame.f_trace = None
+        raise GraderRaceError(
+            f"{name} returned with a trace function of its own installed (sys.settrace or a "
+            "frame's f_trace); a grader does not go on with your code running between its "
+            "lines: remove the trace before returning"
+        ) from None
+    if not threads:  # no snapshot: not a graded kernel
+        return
+    alive = set(_current_frames()) - threads - {threading.get_ident()}
+    if [t for t in alive if not _machinery(t)]:
+        raise GraderRaceError(
+            f"{name} returned with {len(alive)} thread(s) of the notebook's still running; "
+            "a grader does not check a result while your code runs beside it: join every "
+            "thread you start (in a cell or a function) before a grader runs"
+        ) from None
+
+
+def _kernel_threads() -> set[int]:
+    """The kernel's own threads (`kernel_reset.snapshot`, before any cell): the others are
+    the notebook's."""
+    from .kernel_reset import kernel_threads
+
+    return set(kernel_threads())
+
+
+_MACHINERY = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "asyncio", "tqdm")
+
+
+def _machinery(ident: int) -> bool:
+    """Whether thread `ident` is the kernel's or a library's (ipykernel starts some after
+    the first cell, for output; tqdm's progress monitor): its class, or the target of a
+    plain `threading.Thread`, comes from one of `_MACHINERY`. A thread with no `Thread`
+    object (``_thread.start_new_thread``) is the notebook's."""
+    thread = threading._active.get(ident)  # the Thread object of an ident
+    if thread is None:
+        return False
+    owner = type(thread)
+    if owner is threading.Thread:
+        owner = getattr(thread, "_target", None)
+    module = getattr(owner, "__module__", None) or ""
+    return module.split(".")[0] in _MACHINERY
+
+
+def _frames() -> list[types.FrameType]:
+    frames, frame = [], _getframe(2)
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    return frames
 
 
 def _spy(value: Any, key: int | str, call: dict[str, Any]) -> Any:

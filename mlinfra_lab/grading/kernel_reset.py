@@ -35,7 +35,7 @@ import sys
 import threading
 from typing import Any
 
-__all__ = ["TOKEN", "reset", "snapshot"]
+__all__ = ["TOKEN", "kernel_threads", "reset", "snapshot"]
 
 TOKEN = "mlinfra-kernel-reset-ok"
 _MODULES = ("math", "numpy", "numpy.linalg", "numpy.testing")
@@ -66,6 +66,11 @@ def _shell() -> Any:
     return get_ipython()
 
 
+def kernel_threads() -> frozenset[int]:
+    """The idents of the Python threads the kernel had before any notebook cell ran."""
+    return _saved.get("threads", frozenset())
+
+
 def snapshot() -> str:
     """Record the pristine state (call before any notebook cell runs)."""
     import importlib
@@ -86,6 +91,7 @@ def snapshot() -> str:
             if "do_execute" in cls.__dict__
         ]
     _saved["builtins"] = dict(vars(builtins))
+    _saved["threads"] = frozenset(sys._current_frames())  # the kernel's own (`judge_record`)
     _saved["modules"] = {}
     for name in _MODULES:
         try:

@@ -134,6 +134,22 @@ def run_notebook(
         if on_cell is not None and outcome.outcome != "note":
             on_cell(outcome)
 
+    def stopped_at(num: int) -> bool:
+        """Whether the sandbox ran into a cap while cell `num` ran; if so, that cell and
+        every later one are recorded as failed with the budget's message."""
+        over = sandbox.overrun(slot)
+        if over is None:
+            return False
+        limit = config.memory_limit if over == "memory" else config.max_procs
+        detail = sandbox.overrun_detail(slot)
+        record(
+            CellOutcome(cells[num].get("id"), num, "failed", overrun_message(over, limit, detail))
+        )
+        for later in range(num + 1, len(cells)):
+            rest = overrun_rest_message(over)
+            record(CellOutcome(cells[later].get("id"), later, "failed", rest))
+        return True
+
     env = _judge_env(config, cells)
     sandbox.prepare(workdir, slot)
     kernel = Kernel(workdir, config, sandbox, slot, env)
@@ -194,6 +210,7 @@ def run_notebook(
                     user_expressions=expressions,
                 )
                 if state == "dead":
+                    stopped_at(num)
                     break
                 if not expression_ok(reset, "r", TOKEN):
                     record(
@@ -209,13 +226,7 @@ def run_notebook(
             got, state = execute(
                 kernel, cell.source, config.cell_timeout, store_history=not trusted
             )
-            over = sandbox.overrun(slot)
-            if over is not None:  # a cap of the whole sandbox: stop here (see `budgets`)
-                limit = config.memory_limit if over == "memory" else config.max_procs
-                record(CellOutcome(cell_id, num, "failed", overrun_message(over, limit)))
-                for later in range(num + 1, len(cells)):
-                    rest = overrun_rest_message(over)
-                    record(CellOutcome(cells[later].get("id"), later, "failed", rest))
+            if stopped_at(num):  # a cap of the whole sandbox: stop here (see `budgets`)
                 break
             if config.output_cap and got.printed > config.output_cap:
                 record(

@@ -53,6 +53,11 @@ Design decisions:
   connection file, and `Sandbox.seal` makes it root's once the kernel answers, so nothing
   new reaches the host's disk (the judge's record files are made by the grader, see
   `judge`). Without root the folder cannot be sealed: `Sandbox.limits_missing` says so.
+- Where no control group caps memory, a `memory_watch.MemoryWatch` thread of the grading
+  process samples the sandbox's processes, memory files and tmpfs and kills the sandbox
+  past the budget (issue 30); `Sandbox.overrun` reports either the same way.
+  ``Sandbox.memory_watch = False`` switches the watch off (the tests do, to show the
+  attack it stops), never a flag of ``grade``.
 - bubblewrap itself starts with an environment of its own (`_BWRAP_ENV`), never the
   grader's: its init process is readable in the sandbox's ``/proc``.
 """
@@ -72,6 +77,7 @@ from typing import IO
 
 from .cgroups import CgroupCaps, Group
 from .errors import GradingError
+from .memory_watch import MemoryWatch, descendants
 
 __all__ = [
     "SANDBOX_KINDS",
@@ -161,12 +167,54 @@ class Sandbox:
 
     kind = "none"
     warning = ""  # what this sandbox cannot do here, for the gradebook and the log
+    memory_watch = True  # sample memory from outside where no cgroup caps it (see above)
 
     def __init__(self) -> None:
         self.root = os.geteuid() == 0
         self.uid_base, self._uid_lock = _claim_uid_block() if self.root else (0, -1)
         self.caps = CgroupCaps.probe()
         self.groups: dict[int, Group] = {}
+        self.watches: dict[int, MemoryWatch] = {}
+
+    def watched(self) -> bool:
+        """True where the memory budget is held by a `MemoryWatch` (no cgroup caps it)."""
+        return self.memory_watch and self.caps.kind == "none"
+
+    def members(self, proc: subprocess.Popen, slot: int) -> list[int]:
+        """The processes of the sandbox `proc` started (its tree: see `memory_watch`)."""
+        return descendants(proc.pid)
+
+    def mount_roots(self, workdir: Path) -> list[str]:
+        """The sandbox's own tmpfs mounts, as its processes see them (none here)."""
+        return []
+
+    def watch(
+        self, proc: subprocess.Popen, slot: int, workdir: Path, memory: int | None
+    ) -> MemoryWatch | None:
+        """Start the memory watch of the sandbox `proc` started, where one is needed."""
+        old = self.watches.pop(slot, None)
+        if old is not None:
+            old.stop()
+        group = self.groups.get(slot)
+        if memory is None or not self.memory_watch or (group is not None and group.memory):
+            return None
+
+        def kill(pids: list[int]) -> None:
+            for pid in [proc.pid, *pids]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+        watch = MemoryWatch(
+            lambda: self.members(proc, slot), memory, kill, self.mount_roots(workdir)
+        )
+        self.watches[slot] = watch.start()
+        return watch
 
     def group(self, slot: int, memory: int | None, procs: int | None) -> Group | None:
         """A fresh control group for the sandbox of `slot` (None: no caps, or none here)."""
@@ -184,7 +232,15 @@ class Sandbox:
     def overrun(self, slot: int) -> str | None:
         """The cap ("memory", "processes") the sandbox of `slot` ran into, or None."""
         group = self.groups.get(slot)
-        return group.overrun() if group is not None else None
+        if group is not None and (over := group.overrun()) is not None:
+            return over
+        watch = self.watches.get(slot)
+        return "memory" if watch is not None and watch.tripped is not None else None
+
+    def overrun_detail(self, slot: int) -> str | None:
+        """What the memory watch measured when it stopped the sandbox of `slot`, or None."""
+        watch = self.watches.get(slot)
+        return watch.tripped.describe() if watch is not None and watch.tripped else None
 
     def seal(self, workdir: Path, slot: int) -> None:
         """After the kernel has made its sockets: its host folder becomes read-only to it
@@ -200,13 +256,21 @@ class Sandbox:
     def limits_missing(self, memory: int | None, procs: int | None, disk: int | None) -> list[str]:
         """One line per budget asked for that this sandbox cannot enforce here."""
         lines = []
+        if memory is not None and self.watched() and self.kind != "bwrap" and not self.root:
+            lines.append(
+                "the memory budget is held by sampling the kernel's process tree and the "
+                "processes that carry its marker; in this fallback sandbox a process that "
+                "leaves the tree and clears its environment escapes it (install bubblewrap)"
+            )
+        memory = None if self.watched() else memory  # held by the memory watch
         if (memory is not None or procs is not None) and self.caps.kind == "none":
             which = " and ".join(
                 n for n, v in (("memory", memory), ("process-count", procs)) if v is not None
             )
             lines.append(
                 f"the {which} budget is not enforced for a sandbox's processes together: "
-                f"{self.caps.missing}; memory falls back to an address-space limit per process"
+                f"{self.caps.missing}"
+                + ("; memory falls back to an address-space limit per process" if memory else "")
             )
         if disk is not None and (self.kind != "bwrap" or not self.root):
             lines.append(
@@ -256,6 +320,9 @@ class Sandbox:
             except ProcessLookupError:
                 pass
         proc.wait()
+        watch = self.watches.get(slot)  # kept until the slot's next sandbox: overrun reads it
+        if watch is not None:
+            watch.stop()
         uid = self.uid(slot)
         if uid is not None:
             _kill_uid(uid)
@@ -280,6 +347,22 @@ def _kill_uid(uid: int) -> None:
         if not found:
             return
         time.sleep(0.05)
+
+
+def _marked(marker: str, uid: int | None) -> list[int]:
+    """The processes whose environment holds `marker`, or owned by `uid` when given."""
+    needle, found = marker.encode(), []
+    for entry in glob.glob("/proc/[0-9]*"):
+        try:
+            if uid is not None and os.stat(entry).st_uid == uid:
+                found.append(int(entry[6:]))
+                continue
+            with open(f"{entry}/environ", "rb") as fh:
+                if needle in fh.read():
+                    found.append(int(entry[6:]))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def _kill_marked(marker: str) -> None:
@@ -312,11 +395,14 @@ class RlimitSandbox(Sandbox):
 
     kind = "rlimit"
     MARKER_ENV = "MLINFRA_SANDBOX_MARKER"
+    MARKED_EVERY = 10  # memory-watch samples between two scans of every process
 
     def __init__(self) -> None:
         super().__init__()
         self.warning = ""
         self.markers: dict[int, str] = {}
+        self._samples: dict[int, int] = {}
+        self._marked: dict[int, list[int]] = {}
         if self.root and not self._throwaway_user_can_run_python():
             self.root = False
             self.warning = (
@@ -351,7 +437,7 @@ class RlimitSandbox(Sandbox):
     ) -> subprocess.Popen:
         marker = self.markers[slot] = f"{slot}-{os.urandom(16).hex()}"
         group = self.group(slot, memory_limit, max_procs)
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             list(argv),
             cwd=workdir / HOME_DIR,
             env={**env, self.MARKER_ENV: marker},
@@ -361,6 +447,18 @@ class RlimitSandbox(Sandbox):
             start_new_session=True,
             preexec_fn=_limits(memory_limit, self.uid(slot), group),
         )
+        self.watch(proc, slot, workdir, memory_limit)
+        return proc
+
+    def members(self, proc: subprocess.Popen, slot: int) -> list[int]:
+        """The kernel's process tree, plus (every `MARKED_EVERY` samples: a scan of all of
+        /proc) the processes of the throwaway user and those carrying the kernel's marker,
+        which a process that left the tree by double-forking still does."""
+        self._samples[slot] = count = self._samples.get(slot, 0) + 1
+        if count % self.MARKED_EVERY == 1:
+            marker = f"{self.MARKER_ENV}={self.markers.get(slot, '-')}"
+            self._marked[slot] = _marked(marker, self.uid(slot))
+        return list(dict.fromkeys([*descendants(proc.pid), *self._marked.get(slot, ())]))
 
     def kill(self, proc: subprocess.Popen, slot: int) -> None:
         super().kill(proc, slot)
@@ -522,7 +620,7 @@ class BwrapSandbox(Sandbox):
         disk_limit: int | None = None,
     ) -> subprocess.Popen:
         group = self.group(slot, memory_limit, max_procs)
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             self.command(argv, workdir, env, slot, disk_limit),
             cwd=workdir,
             env=_BWRAP_ENV,  # bwrap's own: its processes in the sandbox are readable there
@@ -532,6 +630,12 @@ class BwrapSandbox(Sandbox):
             start_new_session=True,
             preexec_fn=_limits(memory_limit, None, group),
         )
+        self.watch(proc, slot, workdir, memory_limit)
+        return proc
+
+    def mount_roots(self, workdir: Path) -> list[str]:
+        """The tmpfs mounts `command` gives the kernel: ``/tmp``, ``/dev/shm``, its home."""
+        return ["/tmp", "/dev/shm", str(workdir / HOME_DIR)]
 
 
 def _sized(limit: int | None) -> list[str]:
