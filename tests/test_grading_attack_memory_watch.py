@@ -24,6 +24,7 @@ switched off and shows that it then scores.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -139,4 +140,6 @@ def test_what_the_watch_measured_is_in_the_message(graded):
 def test_grade_does_not_call_the_watched_memory_budget_unenforced(graded):
     report, _, _ = graded
     assert not [line for line in report.unenforced if "memory" in line], report.unenforced
-    assert any(NO_CGROUPS in line and "process-count" in line for line in report.unenforced)
+    # the process count: held by RLIMIT_NPROC on a throwaway user as root, else said so
+    listed = any(NO_CGROUPS in line and "process-count" in line for line in report.unenforced)
+    assert listed == (os.geteuid() != 0), report.unenforced

@@ -9,7 +9,8 @@ off inside the test, never through a flag of ``grade``:
 - memory: no control groups (``sandbox.caps``) and no memory watch
   (``sandbox.memory_watch = False``): ``children``'s three processes hold 2.4 x MEMORY and
   its solution then scores;
-- processes: no control groups: ``forks``' 2 x PROCS children are all forked;
+- processes: no control groups and no ``RLIMIT_NPROC`` (``sandbox.nproc_limit``):
+  ``forks``' 2 x PROCS children are all forked;
 - disk: the tmpfs unsized (``disk_limit=None``) and the host working folder left unsealed
   (``sandbox.seal`` a no-op): ``disk`` writes 2 x DISK into its home and into the host
   folder, and both exercises score.
@@ -59,6 +60,7 @@ def graded(tmp_path_factory):
     sandbox = make_sandbox("auto")
     sandbox.caps = CgroupCaps(missing="reverted by the test")  # no memory or pids caps
     sandbox.memory_watch = False  # no memory watch
+    sandbox.nproc_limit = lambda slot, max_procs: None  # no RLIMIT_NPROC either
     sandbox.seal = lambda workdir, slot: None  # the host working folder stays writable
     config = ExecutionConfig(
         cell_timeout=60.0, memory_limit=MEMORY, max_procs=PROCS, disk_limit=None

@@ -25,7 +25,9 @@ The budgets, and what an overrun does (the batch always goes on):
   tasks, `DEFAULT_MAX_PROCS`) where the machine lets this process make one; where it
   does not, memory is held by a watch in the grading process that samples the sandbox's
   processes, memory files and tmpfs and kills the sandbox past the budget
-  (`memory_watch`). The cell that runs into a cap fails with `overrun_message`, the
+  (`memory_watch`), and processes by ``RLIMIT_NPROC`` on the sandbox's throwaway user
+  (grading as root: the user is the sandbox's alone, so the limit counts its tasks only; a
+  refused fork or thread fails the student's cell, `procs_message`). The cell that runs into a cap fails with `overrun_message`, the
   sandbox is stopped and the later cells are not run (0 for what it did not finish).
   ``grade`` says once, before it starts, which budget it cannot enforce here
   (`Sandbox.limits_missing`).
@@ -68,6 +70,7 @@ __all__ = [
     "file_too_large",
     "human_bytes",
     "memory_message",
+    "procs_message",
     "notebook_timeout_message",
     "overrun_message",
     "overrun_rest_message",
@@ -163,6 +166,21 @@ def memory_message(message: str, limit: int | None) -> str:
     return (
         f"{message} [the grading memory limit is {human_bytes(limit)} of address "
         "space (--memory-limit)]"
+    )
+
+
+_PROCS_SIGNS = ("Resource temporarily unavailable", "BlockingIOError", "can't start new thread")
+
+
+def procs_message(message: str, limit: int | None) -> str:
+    """`message` of a failed cell, plus the process budget when a fork or a new thread was
+    refused (``RLIMIT_NPROC``, the fallback where no control group counts the sandbox's
+    tasks: `sandbox._limits`)."""
+    if limit is None or not any(sign in message for sign in _PROCS_SIGNS):
+        return message
+    return (
+        f"{message} [the grading budget is {limit} processes and threads per notebook "
+        "(--max-procs)]"
     )
 
 

@@ -105,7 +105,7 @@ Budgets (each overrun is a message in the gradebook; the batch goes on):
   of address space (2 cores; more with more cores). The default is 4 GiB, and off on a
   machine with an NVIDIA GPU (CUDA reserves address space it never uses): there, limit
   memory with the batch scheduler. --max-procs: processes and threads of one sandbox
-  (pids.max). --disk-limit: size of its tmpfs home, /tmp and /dev/shm (bubblewrap as
+  (pids.max; without control groups, RLIMIT_NPROC on its throwaway user when run as root). --disk-limit: size of its tmpfs home, /tmp and /dev/shm (bubblewrap as
   root). --notebook-timeout: a notebook's later cells fail once it has run that long
   (the running cell is bounded by --timeout). Each cell's output past 1 MiB is dropped
   (grading keeps no outputs). A budget this machine cannot hold (no writable control

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .budgets import memory_message
+from .budgets import memory_message, procs_message
 from .execute import CRASHED, CellOutcome, ExecutionConfig, run_notebooks
 from .hygiene import printable
 from .manual import PENDING, ManualCell, answer_of
@@ -149,7 +149,11 @@ def _notes_per_grader(lab: SourceLab, notes: dict[str, RestoreNote]) -> dict[str
 
 
 def _score(
-    outcome: CellOutcome | None, points: float, note: str, memory_limit: int | None
+    outcome: CellOutcome | None,
+    points: float,
+    note: str,
+    memory_limit: int | None,
+    max_procs: int | None = None,
 ) -> tuple[float, bool, str]:
     if outcome is None:
         message = "not run: the notebook stopped before this grader cell"
@@ -157,6 +161,7 @@ def _score(
         return points, True, note
     else:
         message = memory_message(outcome.message or f"grader cell {outcome.outcome}", memory_limit)
+        message = procs_message(message, max_procs)
     return 0.0, False, f"{message}; {note}" if note else message
 
 
@@ -259,7 +264,11 @@ def grade_submissions(
         messages = _notes_per_grader(labs[sub.lab], note)
         for g in labs[sub.lab].graders:
             points, passed, message = _score(
-                ran.get(g.cell_id), g.points, messages[g.cell_id], config.memory_limit
+                ran.get(g.cell_id),
+                g.points,
+                messages[g.cell_id],
+                config.memory_limit,
+                config.max_procs,
             )
             cells.append(CellResult(g.cell_id, g.exercise, points, g.points, passed, message))
         cells += [pending_result(m, answer_of(sub.notebook, m)) for m in labs[sub.lab].manual]

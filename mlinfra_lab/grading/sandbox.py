@@ -121,10 +121,14 @@ class SandboxUnavailable(GradingError):
 
 
 def _limits(
-    memory_limit: int | None, uid: int | None, group: Group | None = None
+    memory_limit: int | None,
+    uid: int | None,
+    group: Group | None = None,
+    nproc: int | None = None,
 ) -> Callable[[], None]:
     """A ``preexec_fn``: the control group, resource limits, then (fallback only) the
-    throwaway user."""
+    throwaway user. `nproc`: ``RLIMIT_NPROC``, for a sandbox whose processes run as a
+    throwaway user and that no control group counts (`Sandbox.nproc_limit`)."""
     import resource
 
     def apply() -> None:
@@ -132,6 +136,8 @@ def _limits(
             group.join(os.getpid())
         if memory_limit is not None:
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        if nproc is not None:  # root itself is exempt; the throwaway user it becomes is not
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if uid is not None:
@@ -175,6 +181,17 @@ class Sandbox:
         self.caps = CgroupCaps.probe()
         self.groups: dict[int, Group] = {}
         self.watches: dict[int, MemoryWatch] = {}
+
+    def nproc_limit(self, slot: int, max_procs: int | None) -> int | None:
+        """``RLIMIT_NPROC`` for the sandbox in `slot`: `max_procs` where its processes run as
+        a throwaway user (grading as root: the limit then counts the sandbox's tasks alone)
+        and no control group counts them; None elsewhere (with a group, ``pids.max`` holds
+        the budget and says so; as an ordinary user the limit would count all of the
+        user's processes, the grader's own included)."""
+        group = self.groups.get(slot)
+        if max_procs is None or not self.root or (group is not None and group.pids):
+            return None
+        return max_procs
 
     def watched(self) -> bool:
         """True where the memory budget is held by a `MemoryWatch` (no cgroup caps it)."""
@@ -263,6 +280,7 @@ class Sandbox:
                 "leaves the tree and clears its environment escapes it (install bubblewrap)"
             )
         memory = None if self.watched() else memory  # held by the memory watch
+        procs = None if self.root else procs  # RLIMIT_NPROC on the throwaway user holds it
         if (memory is not None or procs is not None) and self.caps.kind == "none":
             which = " and ".join(
                 n for n, v in (("memory", memory), ("process-count", procs)) if v is not None
@@ -445,7 +463,9 @@ class RlimitSandbox(Sandbox):
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_limits(memory_limit, self.uid(slot), group),
+            preexec_fn=_limits(
+                memory_limit, self.uid(slot), group, self.nproc_limit(slot, max_procs)
+            ),
         )
         self.watch(proc, slot, workdir, memory_limit)
         return proc
@@ -628,7 +648,7 @@ class BwrapSandbox(Sandbox):
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_limits(memory_limit, None, group),
+            preexec_fn=_limits(memory_limit, None, group, self.nproc_limit(slot, max_procs)),
         )
         self.watch(proc, slot, workdir, memory_limit)
         return proc
