@@ -113,6 +113,7 @@ def graded(tmp_path_factory):
         memory_limit=MEMORY,
         max_procs=PROCS,
         disk_limit=DISK,
+        jobs=2,  # two sandboxes side by side, as `grade --jobs 2`: each keeps its own caps
     )
     sandbox = make_sandbox("auto")
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)

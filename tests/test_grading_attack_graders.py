@@ -163,7 +163,16 @@ def graded(tmp_path_factory):
     os.environ[SECRET_ENV] = SECRET  # as an instructor exports it: it reaches bwrap's env
     try:
         code, text = _run(
-            "grade", str(subs), "--source", str(WARMUP), "--out", str(out), "--timeout", "30"
+            "grade",
+            str(subs),
+            "--source",
+            str(WARMUP),
+            "--out",
+            str(out),
+            "--timeout",
+            "30",
+            "--jobs",
+            "2",
         )
     finally:
         if before is None:

@@ -113,7 +113,16 @@ def graded(tmp_path_factory):
         (folder / "00_warmup.ipynb").write_text(json.dumps(nb))
     out = tmp / "book"
     code, text = _run(
-        "grade", str(subs), "--source", str(WARMUP), "--out", str(out), "--timeout", "20"
+        "grade",
+        str(subs),
+        "--source",
+        str(WARMUP),
+        "--out",
+        str(out),
+        "--timeout",
+        "20",
+        "--jobs",
+        "2",
     )
     csv_text = (out / "gradebook.csv").read_text(encoding="utf-8")
     rows = list(csv.DictReader(io.StringIO(csv_text, newline="")))

@@ -101,7 +101,7 @@ def graded(tmp_path_factory):
     if sandbox.kind == "bwrap":
         cases["tmpfs"] = _student_copy(softmax_solution=TMPFS)
     paths = [_write(nb, tmp / name / "00_warmup.ipynb") for name, nb in cases.items()]
-    config = ExecutionConfig(cell_timeout=60.0, memory_limit=MEMORY, disk_limit=DISK)
+    config = ExecutionConfig(cell_timeout=60.0, memory_limit=MEMORY, disk_limit=DISK, jobs=2)
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
     return report, {r.student: r for r in report.results}, sandbox
 

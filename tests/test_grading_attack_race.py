@@ -147,7 +147,7 @@ def graded(tmp_path_factory):
     }
     paths = [_write(nb, tmp / name / "00_warmup.ipynb") for name, nb in cases.items()]
     report = grade_submissions(
-        paths, WARMUP, ExecutionConfig(cell_timeout=60.0), sandbox=make_sandbox("auto")
+        paths, WARMUP, ExecutionConfig(cell_timeout=60.0, jobs=2), sandbox=make_sandbox("auto")
     )
     return {r.student: r for r in report.results}
 

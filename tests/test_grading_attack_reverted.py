@@ -63,7 +63,7 @@ def graded(tmp_path_factory):
     sandbox.nproc_limit = lambda slot, max_procs: None  # no RLIMIT_NPROC either
     sandbox.seal = lambda workdir, slot: None  # the host working folder stays writable
     config = ExecutionConfig(
-        cell_timeout=60.0, memory_limit=MEMORY, max_procs=PROCS, disk_limit=None
+        cell_timeout=60.0, memory_limit=MEMORY, max_procs=PROCS, disk_limit=None, jobs=2
     )
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
     return {r.student: r for r in report.results}, sandbox

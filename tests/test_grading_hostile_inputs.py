@@ -136,6 +136,8 @@ def graded(tmp_path_factory):
             "10",
             "--notebook-timeout",
             NOTEBOOK_TIMEOUT,
+            "--jobs",
+            "2",
         )
     rows: dict[str, dict[str, dict]] = {}
     with open(out / "gradebook.csv", newline="") as fh:

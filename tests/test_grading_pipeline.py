@@ -132,6 +132,8 @@ def graded(tmp_path_factory):
                 str(out),
                 "--timeout",
                 CELL_TIMEOUT,
+                "--jobs",
+                "2",
             ]
         )
     with open(out / "gradebook.csv", newline="") as fh:

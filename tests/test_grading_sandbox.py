@@ -291,7 +291,7 @@ subprocess.Popen([sys.executable, '-c', 'import os, time; os.setsid(); time.slee
     for k, cell in enumerate(nb.cells):
         cell.id = f"c{k}"
     path = _write(nb, tmp_path / "nb" / "fallback.ipynb")
-    config = ExecutionConfig(cell_timeout=20, memory_limit=2 << 30)
+    config = ExecutionConfig(cell_timeout=20, memory_limit=2 << 30, jobs=2)
     outcomes = run_notebooks([path], config, sandbox=RlimitSandbox())[path.resolve()]
     assert outcomes["c0"].passed, outcomes
     assert not outcomes["c1"].passed and "MemoryError" in outcomes["c1"].message
