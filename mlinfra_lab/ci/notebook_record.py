@@ -237,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         required=True,
         metavar="FILE.json",
-        help="where to write the record, e.g. benchmarks/results/h200-notebooks-YYYY-MM-DD.json",
+        help="where to write the record, e.g. benchmarks/results/h200-notebooks-YYYY-MM-DD.json "
+        "(the README cites the newest record by its date, whichever GPU made it)",
     )
     parser.add_argument(
         "--cell-timeout",
