@@ -24,7 +24,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_grading_pipeline import _student_copy
+from test_grading_pipeline import _result_points as _points
+from test_grading_pipeline import _student_copy, _write_cases
 
 from mlinfra_lab.grading import ExecutionConfig, grade_submissions
 from mlinfra_lab.grading.cgroups import CgroupCaps
@@ -89,14 +90,6 @@ DISK_HOST = f"""def logsumexp(x, axis=-1):
     return np.squeeze(out, axis=axis)"""
 
 
-def _write(nb, path: Path) -> Path:
-    import nbformat
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(path))
-    return path
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("budgets")
@@ -107,7 +100,7 @@ def graded(tmp_path_factory):
         "forks": _student_copy(softmax_solution=FORKS),
         "disk": _student_copy(softmax_solution=DISK_HOME, lse_solution=DISK_HOST),
     }
-    paths = [_write(nb, tmp / name / "00_warmup.ipynb") for name, nb in cases.items()]
+    paths = _write_cases(tmp, cases)
     config = ExecutionConfig(
         cell_timeout=60.0,
         memory_limit=MEMORY,
@@ -119,10 +112,6 @@ def graded(tmp_path_factory):
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
     by = {r.student: r for r in report.results}
     return report, by, sandbox
-
-
-def _points(result) -> dict[str, float]:
-    return {ex: p for ex, (p, _m, _t) in result.exercises().items()}
 
 
 def _message(result, exercise: str) -> str:

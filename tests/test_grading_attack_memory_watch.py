@@ -28,7 +28,8 @@ import os
 from pathlib import Path
 
 import pytest
-from test_grading_pipeline import _student_copy
+from test_grading_pipeline import _result_points as _points
+from test_grading_pipeline import _student_copy, _write_cases
 
 from mlinfra_lab.grading import ExecutionConfig, grade_submissions
 from mlinfra_lab.grading.cgroups import CgroupCaps
@@ -79,14 +80,6 @@ TMPFS = f"""def stable_softmax(x, axis=-1):
 {HONEST}"""
 
 
-def _write(nb, path: Path) -> Path:
-    import nbformat
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(path))
-    return path
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("memory-watch")
@@ -100,14 +93,10 @@ def graded(tmp_path_factory):
     }
     if sandbox.kind == "bwrap":
         cases["tmpfs"] = _student_copy(softmax_solution=TMPFS)
-    paths = [_write(nb, tmp / name / "00_warmup.ipynb") for name, nb in cases.items()]
+    paths = _write_cases(tmp, cases)
     config = ExecutionConfig(cell_timeout=60.0, memory_limit=MEMORY, disk_limit=DISK, jobs=2)
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
     return report, {r.student: r for r in report.results}, sandbox
-
-
-def _points(result) -> dict[str, float]:
-    return {ex: p for ex, (p, _m, _t) in result.exercises().items()}
 
 
 def _message(result, exercise: str) -> str:

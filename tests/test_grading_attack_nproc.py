@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from test_grading_attack_budgets import FORKS, PROCS
-from test_grading_pipeline import _student_copy
+from test_grading_pipeline import _result_points as _points
+from test_grading_pipeline import _student_copy, _write_cases
 
 from mlinfra_lab.grading import ExecutionConfig, grade_submissions
 from mlinfra_lab.grading.cgroups import CgroupCaps
@@ -37,26 +38,14 @@ FULL = {"stable_softmax": 2, "logsumexp": 2, "log_softmax": 3}
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    import nbformat
-
     tmp = tmp_path_factory.mktemp("nproc")
-    paths = []
-    for name, nb in {
-        "alice": _student_copy(),
-        "forks": _student_copy(softmax_solution=FORKS),
-    }.items():
-        (tmp / name).mkdir()
-        nbformat.write(nb, str(tmp / name / "00_warmup.ipynb"))
-        paths.append(tmp / name / "00_warmup.ipynb")
+    cases = {"alice": _student_copy(), "forks": _student_copy(softmax_solution=FORKS)}
+    paths = _write_cases(tmp, cases)
     sandbox = make_sandbox("auto")
     sandbox.caps = CgroupCaps(missing="switched off by the test")  # no pids.max
-    config = ExecutionConfig(cell_timeout=60.0, max_procs=PROCS)
+    config = ExecutionConfig(cell_timeout=60.0, max_procs=PROCS, jobs=2)
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
     return {r.student: r for r in report.results}, sandbox
-
-
-def _points(result) -> dict[str, float]:
-    return {ex: p for ex, (p, _m, _t) in result.exercises().items()}
 
 
 def test_the_honest_neighbour_keeps_full_marks(graded):

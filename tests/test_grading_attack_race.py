@@ -26,7 +26,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_grading_pipeline import _student_copy
+from test_grading_pipeline import _result_points as _points
+from test_grading_pipeline import _student_copy, _write_cases
 
 from mlinfra_lab.grading import ExecutionConfig, grade_submissions
 from mlinfra_lab.grading.sandbox import make_sandbox
@@ -128,14 +129,6 @@ sys.setswitchinterval(1e-6)
 threading.Thread(target=_watch, daemon=True).start()  # in the cell, before any grader"""
 
 
-def _write(nb, path: Path) -> Path:
-    import nbformat
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(path))
-    return path
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("race")
@@ -145,15 +138,11 @@ def graded(tmp_path_factory):
         "thread": _student_copy(softmax_solution=THREAD),
         "early": _student_copy(softmax_solution=EARLY),
     }
-    paths = [_write(nb, tmp / name / "00_warmup.ipynb") for name, nb in cases.items()]
+    paths = _write_cases(tmp, cases)
     report = grade_submissions(
         paths, WARMUP, ExecutionConfig(cell_timeout=60.0, jobs=2), sandbox=make_sandbox("auto")
     )
     return {r.student: r for r in report.results}
-
-
-def _points(result) -> dict[str, float]:
-    return {ex: p for ex, (p, _m, _t) in result.exercises().items()}
 
 
 def test_the_honest_neighbour_keeps_full_marks(graded):

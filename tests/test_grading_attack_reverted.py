@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 from test_grading_attack_budgets import DISK_HOME, DISK_HOST, FORKS, PROCS
 from test_grading_attack_memory_watch import CHILDREN, MEMORY
-from test_grading_pipeline import _student_copy
+from test_grading_pipeline import _result_points as _points
+from test_grading_pipeline import _student_copy, _write_cases
 
 from mlinfra_lab.grading import ExecutionConfig, grade_submissions
 from mlinfra_lab.grading.cgroups import CgroupCaps
@@ -39,14 +40,6 @@ WARMUP = REPO / "labs" / "00_warmup.ipynb"
 FULL = {"stable_softmax": 2, "logsumexp": 2, "log_softmax": 3}
 
 
-def _write(nb, path: Path) -> Path:
-    import nbformat
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(path))
-    return path
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reverted")
@@ -56,7 +49,7 @@ def graded(tmp_path_factory):
         "forks": _student_copy(softmax_solution=FORKS),
         "disk": _student_copy(softmax_solution=DISK_HOME, lse_solution=DISK_HOST),
     }
-    paths = [_write(nb, tmp / name / "00_warmup.ipynb") for name, nb in cases.items()]
+    paths = _write_cases(tmp, cases)
     sandbox = make_sandbox("auto")
     sandbox.caps = CgroupCaps(missing="reverted by the test")  # no memory or pids caps
     sandbox.memory_watch = False  # no memory watch
@@ -67,10 +60,6 @@ def graded(tmp_path_factory):
     )
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
     return {r.student: r for r in report.results}, sandbox
-
-
-def _points(result) -> dict[str, float]:
-    return {ex: p for ex, (p, _m, _t) in result.exercises().items()}
 
 
 def test_the_honest_neighbour_keeps_full_marks(graded):

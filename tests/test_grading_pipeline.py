@@ -56,6 +56,17 @@ def _write(nb, path: Path) -> Path:
     return path
 
 
+def _write_cases(tmp: Path, cases: dict) -> list[Path]:
+    """Each student's notebook of `cases` (name -> notebook) as ``tmp/<name>/00_warmup.ipynb``
+    (the folder names the student), for a batch of the attack tests."""
+    return [_write(nb, tmp / name / "00_warmup.ipynb") for name, nb in cases.items()]
+
+
+def _result_points(result) -> dict[str, float]:
+    """A `StudentResult`'s points per exercise."""
+    return {ex: p for ex, (p, _m, _t) in result.exercises().items()}
+
+
 NAIVE_SOFTMAX = """def stable_softmax(x, axis=-1):
     e = np.exp(x)
     return e / e.sum(axis=axis, keepdims=True)"""
