@@ -74,3 +74,39 @@ def test_version_5_builds_read_back_as_their_schedules_claim():
     assert plain["softmax_in_flight"] is None and "W1" not in plain["schedule"]
     assert staged["register_a_matmuls"] == 0 and "W1" in staged["schedule"]
     assert staged["smem_bytes"] > overlap["smem_bytes"]  # the P buffer
+
+
+def test_early_rescale_build_multiplies_while_qk_runs():
+    """The ``-er`` build (O rescaled right after Q K^T is issued) places most of the rescale's
+    128 multiplies per thread among the Q K^T matmul instructions; the table configuration,
+    whose rescale waits for P V, places none there."""
+    runtime.ensure_triton_mode()
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    from mlinfra_lab.attention._gluon_fwd import GluonConfig
+
+    late, early = mc.forward_schedules(
+        [
+            (128, False, GluonConfig(128, 64, 4, 2, True)),
+            (128, False, GluonConfig(128, 64, 4, 2, True, early_rescale=True)),
+        ]
+    )
+    assert early["config"] == "overlap-er-m128n64w4s2"
+    assert late["multiplies_under_qk"] == 0
+    assert early["multiplies_under_qk"] >= 64
+
+
+def test_multiplies_under_qk_reads_the_loop_segment():
+    """Counted from the loop's first matmul to its first W1, never before the matmul."""
+    lines = [
+        "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ",
+        "WARPGROUP.DEPBAR.LE gsb0, 0x0",
+        "FMUL R1, R2, R3",  # the first tile's softmax: no matmul in flight
+        "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ",
+        "FMUL R4, R5, R6",
+        "@P0 FMUL R7, R8, R9",
+        "HGMMA.64x128x16.F32.BF16 R88, R60, gdesc[UR12], R88",
+        "WARPGROUP.DEPBAR.LE gsb0, 0x1",
+        "FMUL R10, R11, R12",
+    ]
+    assert mc.multiplies_under_qk(lines) == 2
+    assert mc.multiplies_under_qk(lines[:2]) is None

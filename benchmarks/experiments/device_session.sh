@@ -3,6 +3,8 @@
 #   bash benchmarks/experiments/device_session.sh experiments   # call 1
 #   bash benchmarks/experiments/device_session.sh sweep         # call 2
 #   bash benchmarks/experiments/device_session.sh notebooks     # call 3
+# and of 2026-12-06's session:
+#   bash benchmarks/experiments/device_session.sh round4        # the early rescale, the backward's host path
 # The device has PyTorch and Triton but no Jupyter: call 3 carries py3.12 wheels in .whl/
 # (device README) and installs only those whose distribution is missing there (wheels()).
 # Every step runs under its own `timeout`, so one hang costs that step, not the call; every
@@ -66,15 +68,26 @@ experiments)
     MLINFRA_ATTENTION_AUTOTUNE=0 step 110 kernel-tests python3 -m pytest -q -n 8 \
         -m "gpu or attention" tests/test_attention_kernel.py --junitxml="$OUT/kernel-tests.xml"
     ;;
+round4)
+    machine
+    X=benchmarks/experiments
+    MLINFRA_ATTENTION_AUTOTUNE=0 step 120 v5-tests python3 -m pytest -q -n 4 \
+        -m "gpu or attention" -k "version_5" tests/test_attention_kernel.py
+    step 300 fwd-r4 python3 $X/gluon_fwd_experiment.py --jobs 12 --passes 3 --out "$OUT/fwd-r4.json"
+    step 90 host-bwd python3 $X/host_overhead.py --breakdown-backward --out "$OUT/host-bwd.json"
+    ;;
 sweep)
     machine
     shift
-    # the Gluon backward that call 1 moved into the package, against float64, before it is timed
-    MLINFRA_ATTENTION_AUTOTUNE=0 step 90 gluon-bwd-tests python3 -m pytest -q -n 6 \
-        -m "gpu or attention" -k "gluon_backward or backward_switch" tests/test_attention_kernel.py
+    # the Gluon kernels of the default path, against float64, before they are timed
+    MLINFRA_ATTENTION_AUTOTUNE=0 step 90 gluon-tests python3 -m pytest -q -n 6 \
+        -m "gpu or attention" -k "version_5 or gluon_backward or backward_switch" \
+        tests/test_attention_kernel.py
+    # checked against this GPU's baseline (benchmarks/baselines/h200-attention.json or h100-...)
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[12]00' | tr H h)
     step "${SWEEP_LIMIT:-330}" sweep python3 -m mlinfra_lab.cli bench attention --quiet \
         --providers "${PROVIDERS:-ours,sdpa_flash,sdpa_cudnn,flex,sdpa_efficient,eager}" \
-        --repeats 3 --check-baseline benchmarks/baselines/h200-attention.json \
+        --repeats 3 --check-baseline "benchmarks/baselines/${gpu:-h200}-attention.json" \
         --head-dims 128,64 --out "$OUT/attention.json" "$@"
     step "${NCU_LIMIT:-130}" ncu python3 -m mlinfra_lab.attention.counters --kernels \
         --causal "${NCU_CAUSAL:-no}" --out "$OUT/ncu-kernels.json"
@@ -106,7 +119,7 @@ notebooks)
     fi
     ;;
 *)
-    echo "usage: $0 experiments|sweep|notebooks" >&2
+    echo "usage: $0 experiments|round4|sweep|notebooks" >&2
     exit 2
     ;;
 esac

@@ -34,33 +34,35 @@ import torch
 from child_checks import check_in_children, run_header, write_json  # this folder's helpers
 
 from mlinfra_lab.attention._gluon_fwd import GluonConfig, compile_for_hopper, gluon_forward
-from mlinfra_lab.attention.machine_code import disassemble, softmax_in_flight
+from mlinfra_lab.attention.machine_code import disassemble, multiplies_under_qk, softmax_in_flight
 
 G = GluonConfig
-# Round 3 (not yet run): the table's configurations and their plain controls, next to the
-# ``-ps`` form (P through shared memory, branch-free causal mask), whose SASS keeps the
-# softmax between the two waits where the register form's does not (`machine_code`;
-# `--compile-only` prints each one's share of exp2s that run while P V is in flight).
-# Rounds 1 and 2 are in benchmarks/results/h200-gluon-configs-2026-12-04-run*.json.
-# Prediction for round 3 (written before it ran): at D=128 and N >= 4k the best -ps form runs
-# 1.03-1.10x the table's overlap-m128n64w4s2 (the softmax is about a third of the loop's issue
-# slots, now under P V), less the cost of a 16 KB shared-memory store of P per tile.
+# Round 4: the early rescale (`GluonConfig.early_rescale`, the ``-er`` forms): O is rescaled
+# by the last tile's alpha right after S_j = Q K_j^T is issued, as FlashAttention-3's loop
+# does, instead of after P V is waited for. In the table configuration's SASS (Triton 3.6)
+# the 128 multiplies of that rescale sat after the softmax with no matmul in flight; in the
+# ``-er`` build they sit among the Q K^T matmul instructions (`machine_code.multiplies_under_qk`
+# counts them: 0 and 120). Rounds 1-3 are in benchmarks/results/h200-gluon-configs-2026-12-04-run*.json
+# and h100-gluon-fwd-r3-2026-12-05.json (round 3: the ``-ps`` forms lost at D=128).
+# Prediction for round 4 (written before it ran): at D=128 and N >= 4k, overlap-er-m128n64w4s2
+# runs 1.03-1.06x the table's overlap-m128n64w4s2 (128 of about 420 issue slots per tile move
+# under Q K^T; the second program on each SM already hides part of them), which would lift it
+# from 0.90-0.94x cuDNN to about 0.95-0.98x. The 8-warp and 64-row forms keep S and O at half
+# the registers; their softmax already runs under P V (SASS), and the rescale moves too.
 CONFIGS = {
     64: [
         G(128, 128, 8, 2, False),
         G(128, 64, 4, 2, True),
-        G(128, 128, 8, 2, True, p_smem=True),
-        G(128, 64, 8, 2, True, p_smem=True),
-        G(64, 128, 4, 2, True, p_smem=True),  # non-causal only (causal: BLOCK_M % BLOCK_N)
+        G(128, 64, 4, 2, True, early_rescale=True),
+        G(128, 128, 8, 2, True, early_rescale=True),
     ],
     128: [
         G(128, 64, 4, 2, True),
-        G(128, 64, 4, 2, False),
-        G(128, 64, 4, 2, True, p_smem=True),
-        G(128, 64, 8, 2, True, p_smem=True),
-        G(128, 64, 8, 2, False, p_smem=True),
-        G(64, 64, 4, 2, True, p_smem=True),
-        G(128, 128, 8, 2, True, p_smem=True),
+        G(128, 64, 4, 2, True, early_rescale=True),
+        G(128, 64, 4, 2, True, p_smem=True, early_rescale=True),
+        G(128, 128, 8, 2, True),
+        G(128, 128, 8, 2, True, early_rescale=True),
+        G(64, 128, 4, 2, True, early_rescale=True),  # non-causal only (causal: BLOCK_M % BLOCK_N)
     ],
 }
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
@@ -156,11 +158,13 @@ def main() -> int:
             for cfg in cfgs:
                 for causal in (False, True):
                     k = compile_for_hopper(d, causal, cfg)
-                    share = softmax_in_flight(disassemble(k))
+                    lines = disassemble(k)
+                    share = softmax_in_flight(lines)
                     during = "-" if share is None else f"{share:.0%}"
                     print(
                         f"D={d} causal={causal} {cfg.name}: smem {k.metadata.shared} B, "
-                        f"exp2s while P V is in flight (SASS): {during}"
+                        f"exp2s while P V is in flight (SASS): {during}, "
+                        f"multiplies while Q K^T is: {multiplies_under_qk(lines)}"
                     )
         return 0
     if args.child:

@@ -19,6 +19,9 @@ without autograd, version 5's launcher with its checks, without them, Triton's l
 (descriptors and outputs built once), the four descriptors alone, the two allocations alone;
 and version 1's public call, its autotuner, the raw kernel at the tile the autotuner chose. The
 differences between rungs say where the ~200 us per call go, so a leaner path cuts the right one.
+(Run on an H100 on 2026-12-05: benchmarks/results/h100-host-breakdown-2026-12-05.json.)
+
+``--breakdown-backward`` does the same for the default backward (`breakdown_backward`).
 """
 
 from __future__ import annotations
@@ -127,14 +130,130 @@ def breakdown() -> list[dict]:
     return out
 
 
+BACKWARD_SHAPES = [(16, 16, 1024, 128, True), (8, 16, 2048, 128, True)]
+
+
+def breakdown_backward() -> list[dict]:
+    """Host and GPU us per call of each rung of the default backward's path, at causal D=128
+    with 1k tokens (where its timing spread over 20% between repeats and ran as long as at 2k)
+    and at 2k: the public ``backward()``, `flash._backward`, the Gluon launcher given delta,
+    the delta kernel alone, each Gluon kernel with its descriptors built once, and the eleven
+    descriptors alone. Where a rung's host time is at or above its GPU time, the GPU waits."""
+    out = []
+    for shape in BACKWARD_SHAPES:
+        for step, fn, leaves in _backward_rungs(*shape):
+            for leaf in leaves:
+                leaf.grad = None
+            host, gpu = per_call_us(fn)
+            row = {"shape": list(shape), "step": step, "host_us": round(host, 1)}
+            row["gpu_us"] = round(gpu, 1)
+            print(json.dumps(row), flush=True)
+            out.append(row)
+    return out
+
+
+def _backward_fresh(out: torch.Tensor, do: torch.Tensor, leaves: list[torch.Tensor]) -> None:
+    """One backward into fresh gradients, as the benchmark's ``grad_to_none`` does."""
+    for leaf in leaves:
+        leaf.grad = None
+    out.backward(do, retain_graph=True)
+
+
+def _backward_rungs(b: int, h: int, n: int, d: int, causal: bool) -> list[tuple]:
+    """(name, call, leaves whose grads to clear) for each rung of `breakdown_backward`."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from mlinfra_lab.attention import _gluon_bwd as gb
+    from mlinfra_lab.attention import _gluon_fwd as g
+    from mlinfra_lab.attention import flash
+
+    scale = d**-0.5
+    gen = torch.Generator(device="cuda").manual_seed(n + d)
+    q, k, v, do = (
+        torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        for _ in range(4)
+    )
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    o_graph = flash.flash_attention(*leaves, causal=causal)
+    o, lse = g.gluon_forward(q, k, v, causal, scale)
+    cfg = gb.pick_config(d, causal, n)
+    assert cfg is not None and gb.unusable(q, k, do, causal, cfg) is None, "no Gluon backward"
+    delta = torch.empty_like(lse)
+    flash._launch_delta(o, do, delta, b * h)
+    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+    rows = b * h * n
+    (kv_m, kv_n, kv_w, kv_s), (q_m, q_n, q_w, q_s) = cfg.dkdv, cfg.dq
+
+    def desc(t: torch.Tensor, r: int) -> TensorDescriptor:
+        layout = g._layout((r, d), t.dtype)
+        return TensorDescriptor(t.view(rows, d), [rows, d], [d, 1], [r, d], layout)
+
+    def all_descs() -> list:
+        kv = [desc(q, kv_m), desc(k, kv_n), desc(v, kv_n), desc(do, kv_m)]
+        kv += [desc(dk, kv_n), desc(dv, kv_n)]
+        return kv + [desc(q, q_m), desc(k, q_n), desc(v, q_n), desc(do, q_m), desc(dq, q_m)]
+
+    descs = all_descs()
+    dkdv, dq_kernel = gb._kernels()
+    tail = (lse, delta, n, scale * flash.LOG2E, scale)
+    common = dict(HEAD_DIM=d, CAUSAL=causal)
+    kv_opts = dict(BLOCK_M=kv_m, BLOCK_N=kv_n, STAGES=kv_s, num_warps=kv_w, **common)
+    q_opts = dict(BLOCK_M=q_m, BLOCK_N=q_n, STAGES=q_s, num_warps=q_w, **common)
+    return [
+        (
+            "public backward(): o.backward(do, retain_graph=True), grads cleared first",
+            lambda: _backward_fresh(o_graph, do, leaves),
+            leaves,
+        ),
+        (
+            "flash._backward (gluon, delta included)",
+            lambda: flash._backward(do, q, k, v, o, lse, causal, scale, "gluon", False),
+            [],
+        ),
+        (
+            "_gluon_bwd.launch (delta given)",
+            lambda: gb.launch(do, q, k, v, lse, delta, causal, scale, cfg),
+            [],
+        ),
+        ("delta kernel alone", lambda: flash._launch_delta(o, do, delta, b * h), []),
+        (
+            "dK/dV kernel[grid] (descriptors built once)",
+            lambda: dkdv[(n // kv_n, b * h)](*descs[:6], *tail, **kv_opts),
+            [],
+        ),
+        (
+            "dQ kernel[grid] (descriptors built once)",
+            lambda: dq_kernel[(n // q_m, b * h)](*descs[6:], *tail, **q_opts),
+            [],
+        ),
+        ("eleven TensorDescriptors alone", all_descs, []),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the results here (JSON)")
     parser.add_argument("--no-grad", action="store_true", help="inputs without requires_grad")
     parser.add_argument("--breakdown", action="store_true", help="peel the launch path apart")
+    parser.add_argument(
+        "--breakdown-backward", action="store_true", help="peel the default backward apart"
+    )
     args = parser.parse_args()
     import triton
     from triton.testing import do_bench
+
+    if args.breakdown_backward:
+        result = {
+            "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "calls": CALLS,
+            "breakdown_backward": breakdown_backward(),
+        }
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+        return 0
 
     if args.breakdown:
         result = {

@@ -79,12 +79,17 @@ class GluonConfig:
     # causal mask: the SASS of the register form waits for P V before the softmax (see
     # `machine_code`); this form keeps the softmax between the two waits. Not yet measured.
     p_smem: bool = False
+    # With the overlap: rescale O by the last tile's alpha after S_j = Q K_j^T is issued and
+    # before P V, as FlashAttention-3's loop does (the multiplies run while Q K^T is on the
+    # Tensor Cores), instead of after P V is waited for (then no matmul is in flight).
+    early_rescale: bool = False
 
     @property
     def name(self) -> str:
         sched = "overlap" if self.overlap else "plain"
         cap = f"r{self.maxnreg}" if self.maxnreg else ""
         ps = "-ps" if self.p_smem else ""
+        ps += "-er" if self.early_rescale else ""
         return f"{sched}{ps}-m{self.block_m}n{self.block_n}w{self.num_warps}s{self.stages}{cap}"
 
 
@@ -95,11 +100,16 @@ class GluonConfig:
 # at D=128 the overlap with 128x64 tiles and 4 warps (two programs per SM) won every shape;
 # causal D=64 at 1k tokens ran 230-254 TFLOP/s in every configuration against v1's 277. The
 # causal D=64 entry was timed in the second run only (the first had no 4-warp 128x128 tile).
+# Round 4 (one H100 run, benchmarks/results/h100-gluon-fwd-r4-2026-12-06.json) added the early
+# rescale at D=128 from 2k tokens: over three passes per shape its geometric-mean gain over the
+# late rescale was 1.02-1.05x non-causal and 1.00-1.02x causal at 2k-16k, and 0.95x / 1.00x at 1k.
+_D128 = GluonConfig(128, 64, 4, 2, overlap=True)
+_D128_EARLY = GluonConfig(128, 64, 4, 2, overlap=True, early_rescale=True)
 GLUON_TABLE: dict[tuple[int, bool], list[tuple[int, GluonConfig | None]]] = {
     (64, False): [(1 << 30, GluonConfig(128, 128, 8, 2, overlap=False))],
     (64, True): [(1024, None), (1 << 30, GluonConfig(128, 128, 4, 2, overlap=False))],
-    (128, False): [(1 << 30, GluonConfig(128, 64, 4, 2, overlap=True))],
-    (128, True): [(1 << 30, GluonConfig(128, 64, 4, 2, overlap=True))],
+    (128, False): [(1024, _D128), (1 << 30, _D128_EARLY)],
+    (128, True): [(1024, _D128), (1 << 30, _D128_EARLY)],
 }
 # the configuration an explicit ``version=5`` uses where the table prefers version 1
 FALLBACK_CONFIG: dict[bool, GluonConfig] = {
@@ -244,6 +254,7 @@ def launch_options(cfg: GluonConfig, head_dim: int, causal: bool) -> dict[str, A
         CAUSAL=causal,
         OVERLAP=cfg.overlap,
         P_SMEM=cfg.p_smem,
+        EARLY_RESCALE=cfg.early_rescale,
         num_warps=cfg.num_warps,
         maxnreg=cfg.maxnreg,
     )
@@ -298,6 +309,7 @@ def compile_for_hopper(
         "CAUSAL": causal,
         "OVERLAP": config.overlap,
         "P_SMEM": config.p_smem,
+        "EARLY_RESCALE": config.early_rescale,
     }
     for key in constexprs:
         signature[key] = "constexpr"

@@ -47,6 +47,17 @@ def _load_tile(desc, row, bars, bufs, j, n_tiles, STAGES: gl.constexpr, BLOCK_N:
 
 
 @gluon.jit
+def _after_issue(x):
+    """``x`` unchanged, through an instruction the compiler may not move above the matmul
+    just issued (inline assembly with side effects keeps its place among the ``wgmma``s):
+    what is computed from the result stays behind that issue. Without it LLVM hoists the
+    rescale of O above ``S_j = Q K_j^T``, where no matmul runs beside it (seen in the PTX)."""
+    return gl.inline_asm_elementwise(
+        "mov.b32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
 def _softmax_tile(
     s,
     m_i,
@@ -117,6 +128,7 @@ def attn_fwd(
     CAUSAL: gl.constexpr,
     OVERLAP: gl.constexpr,
     P_SMEM: gl.constexpr = False,
+    EARLY_RESCALE: gl.constexpr = False,
 ):
     NUM_WARPS: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = q_desc.dtype
@@ -189,6 +201,8 @@ def attn_fwd(
             s = warpgroup_mma(
                 q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True
             )
+            if EARLY_RESCALE:  # FA3's order: O *= alpha_{j-1} while S_j is on the Tensor Cores
+                acc = acc * _after_issue(gl.convert_layout(alpha, row_o))[:, None]
             acc = _issue_pv(p_prev, p_smem, v_smem.index(prev), acc, P_SMEM)
             s = warpgroup_mma_wait(1, deps=(s,))
         else:  # each matmul waited for at once
@@ -205,11 +219,14 @@ def attn_fwd(
         if OVERLAP:
             acc = warpgroup_mma_wait(0, deps=(acc,))
         _load_tile(v_desc, row0, v_bars, v_smem, j - 1 + STAGES, n_tiles, STAGES, BLOCK_N)
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        if not (OVERLAP and EARLY_RESCALE):  # O *= alpha_j with no matmul in flight
+            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
         p_prev = _stage_p(p, p_prev, p_smem, P_SMEM, p_layout)
 
     last = (n_tiles - 1) % STAGES
     mbarrier.wait(v_bars.index(last), ((n_tiles - 1) // STAGES) & 1)
+    if OVERLAP and EARLY_RESCALE:  # the last tile's alpha, not yet applied
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
     acc = _issue_pv(p_prev, p_smem, v_smem.index(last), acc, P_SMEM)
     acc = warpgroup_mma_wait(0, deps=(acc,))
 

@@ -9,7 +9,9 @@ instruction (``HGMMA``), ``W<n>`` a wait until at most n groups of matmuls are i
 (``WARPGROUP.DEPBAR.LE``), ``E`` an exp2 (``MUFU.EX2``), ``S``/``L`` a register spill stored
 or loaded (``STL``/``LDL``). `softmax_in_flight(lines)` is the share of the main loop's
 exp2s that run between its first ``W1`` and the next wait: the softmax that runs while
-``P V`` is still on the Tensor Cores.
+``P V`` is still on the Tensor Cores. `multiplies_under_qk(lines)` counts the float32
+multiplies (``FMUL``, O's rescale) issued after the main loop's first matmul and before its
+``W1``: the rescale that runs while ``S = Q K^T`` is on the Tensor Cores (the ``-er`` forms).
 
 Design decisions:
 - The PTX is not the schedule. ptxas allocates registers and orders instructions, and may
@@ -46,6 +48,7 @@ __all__ = [
     "disassemble",
     "forward_schedule",
     "forward_schedules",
+    "multiplies_under_qk",
     "register_a_matmuls",
     "schedule",
     "softmax_in_flight",
@@ -154,6 +157,25 @@ def softmax_in_flight(lines: list[str]) -> float | None:
     return during / total if total else 0.0
 
 
+def multiplies_under_qk(lines: list[str]) -> int | None:
+    """The ``FMUL``s between the main loop's first matmul instruction and its first ``W1``
+    (the loop's first wait with a matmul in flight): multiplies issued while ``S = Q K^T``
+    runs. None when the code never waits with a matmul in flight (no ``W1``)."""
+    marks = []
+    for line in lines:
+        event = _event(line)
+        if event is None and re.sub(r"^@!?U?P\w+\s+", "", line).startswith("FMUL"):
+            event = "F"
+        if event is not None:
+            marks.append(event)
+    if "W1" not in marks:
+        return None
+    end = marks.index("W1")
+    start = max((i for i in range(end) if marks[i].startswith("W")), default=-1) + 1
+    first_matmul = next((i for i in range(start, end) if marks[i] == "M"), end)
+    return marks[first_matmul:end].count("F")
+
+
 _CHILD = """
 import json, sys
 from mlinfra_lab.attention import _gluon_fwd as g, machine_code as mc
@@ -165,6 +187,7 @@ for args in json.loads(sys.argv[1]):
                       "schedule": mc.schedule(lines),
                       "softmax_in_flight": mc.softmax_in_flight(lines),
                       "register_a_matmuls": mc.register_a_matmuls(lines),
+                      "multiplies_under_qk": mc.multiplies_under_qk(lines),
                       "smem_bytes": kernel.metadata.shared}))
 """
 
@@ -172,9 +195,9 @@ for args in json.loads(sys.argv[1]):
 def forward_schedules(builds: list[tuple[int, bool, Any]]) -> list[dict[str, Any]]:
     """Version 5 built for sm_90 here, no GPU needed, once per ``(head_dim, causal, config)``
     (`config` a `_gluon_fwd.GluonConfig`), all in one child process: each build's SASS
-    `schedule`, `softmax_in_flight`, `register_a_matmuls` and shared memory. Raises
-    `MachineCodeError` when a build fails (a Triton without Gluon, or without its NVIDIA
-    tools)."""
+    `schedule`, `softmax_in_flight`, `register_a_matmuls`, `multiplies_under_qk` and shared
+    memory. Raises `MachineCodeError` when a build fails (a Triton without Gluon, or without
+    its NVIDIA tools)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     arg = json.dumps([{"head_dim": d, "causal": c, "config": asdict(cfg)} for d, c, cfg in builds])
     done = subprocess.run(
