@@ -75,3 +75,36 @@ def test_the_committed_profile_reads_and_has_both_providers_and_passes():
     assert {"device_name", "torch", "triton"} <= set(profile["device"])
     summary = kp.gap_summary(profile)
     assert all(v > 0 for v in summary.values())
+
+
+def test_rescale_gain_is_the_geometric_mean_of_per_pass_ratios():
+    def row(causal, seq, passes):
+        return {"head_dim": 128, "seq": seq, "causal": causal, "tflops_passes": passes}
+
+    def p(early, late, cudnn=100.0):
+        return {kp.EARLY: early, kp.LATE: late, "sdpa_cudnn": cudnn}
+
+    run = {
+        "rows": [
+            row(False, 1024, [p(1.0, 100.0)]),  # too short: left out
+            row(False, 4096, [p(110.0, 100.0), p(90.0, 100.0)]),
+            row(True, 8192, [p(99.0, 100.0, 110.0)]),
+        ]
+    }
+    gain = kp.rescale_gain(run)
+    assert gain[False]["gain"] == pytest.approx((1.1 * 0.9) ** 0.5)
+    assert (gain[False]["lo"], gain[False]["hi"], gain[False]["passes"]) == (0.9, 1.1, 2)
+    assert gain[True]["early_cudnn"] == pytest.approx(0.9) and gain[True]["late_cudnn"] == (
+        pytest.approx(100 / 110)
+    )
+    with pytest.raises(ValueError, match="no D=64"):
+        kp.rescale_gain(run, head_dim=64)
+
+
+def test_committed_rescale_run_holds_both_forms_and_a_real_gain_reading():
+    run = kp.committed_rescale_run()
+    assert run is not None and run["checks"] and all(c["ok"] for c in run["checks"])
+    gain = kp.rescale_gain(run)
+    for causal in (False, True):
+        g = gain[causal]
+        assert g["lo"] <= g["gain"] <= g["hi"] and g["passes"] == 9

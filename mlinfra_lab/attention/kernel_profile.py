@@ -7,7 +7,10 @@ is none); `gap_rows(profile)` condenses it to one row per (provider, pass): the 
 total time and DRAM bytes, and for the pass's matmul kernels the share of cycles the tensor
 pipes were active, instructions issued per scheduler cycle, registers, block and grid size
 and the largest stall reasons; `gap_summary(profile)` gives the few ratios chapter 1's prose
-quotes.
+quotes. `committed_rescale_run()` and `rescale_gain(run)` read the experiment that moved one
+piece of the idle time (the early rescale, ``benchmarks/results/*-gluon-fwd-r4-*.json``):
+per causal flag, the geometric mean and range of its per-pass speed-up over the late rescale,
+and both forms' geometric-mean ratio to cuDNN timed in the same passes.
 
 Design decisions:
 - Only the counters that explain a gap are kept: the tensor pipes' active cycles
@@ -26,13 +29,24 @@ Design decisions:
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from mlinfra_lab import results
 
-__all__ = ["PROFILE_PATTERN", "committed_kernel_profile", "gap_rows", "gap_summary"]
+__all__ = [
+    "PROFILE_PATTERN",
+    "RESCALE_PATTERN",
+    "committed_kernel_profile",
+    "committed_rescale_run",
+    "gap_rows",
+    "gap_summary",
+    "rescale_gain",
+]
 
 PROFILE_PATTERN = "*-ncu-kernels-*.json"
+RESCALE_PATTERN = "*-gluon-fwd-r4-*.json"
+LATE, EARLY = "overlap-m128n64w4s2", "overlap-er-m128n64w4s2"
 TENSOR_ACTIVE = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
 # matmuls per (query tile, key tile) pair: FlashAttention-2's backward does 5 (S, dP, dV, dK,
 # dQ); our split backward recomputes S and dP in its dQ kernel, so 7
@@ -137,4 +151,48 @@ def gap_summary(profile: dict[str, Any], causal: bool = False) -> dict[str, floa
         out[f"{mode}_tensor_cudnn"] = cudnn["tensor_active_pct"]
         out[f"{mode}_active_ratio"] = ours["tensor_active_us"] / cudnn["tensor_active_us"]
         out[f"{mode}_matmul_ratio"] = ours["matmuls"] / cudnn["matmuls"]
+    return out
+
+
+def committed_rescale_run() -> dict[str, Any] | None:
+    """The newest committed round-4 run of the forward experiment (early vs late rescale),
+    with its file name under ``"file"``; None when none is committed."""
+    found = [
+        {**json.loads(path.read_text()), "file": path.name}
+        for path in results.committed(RESCALE_PATTERN)
+    ]
+    return max(found, key=lambda r: r["date"]) if found else None
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def rescale_gain(
+    run: dict[str, Any], head_dim: int = 128, min_seq: int = 4096
+) -> dict[bool, dict[str, float]]:
+    """Per causal flag, over the shapes of `head_dim` with at least `min_seq` tokens and every
+    pass: ``gain`` (geometric mean of early/late TFLOP/s), ``lo``/``hi`` (its per-pass range),
+    ``early_cudnn``/``late_cudnn`` (geometric means of each form over cuDNN in the same pass)
+    and ``passes`` (how many ratios). Raises ValueError when the run has no such shape."""
+    out: dict[bool, dict[str, float]] = {}
+    for causal in (False, True):
+        gains, early, late = [], [], []
+        for row in run["rows"]:
+            if row["head_dim"] != head_dim or row["seq"] < min_seq or row["causal"] != causal:
+                continue
+            for p in row["tflops_passes"]:
+                gains.append(p[EARLY] / p[LATE])
+                early.append(p[EARLY] / p["sdpa_cudnn"])
+                late.append(p[LATE] / p["sdpa_cudnn"])
+        if not gains:
+            raise ValueError(f"{run.get('file', 'the run')} has no D={head_dim} N>={min_seq} rows")
+        out[causal] = {
+            "gain": _geomean(gains),
+            "lo": min(gains),
+            "hi": max(gains),
+            "early_cudnn": _geomean(early),
+            "late_cudnn": _geomean(late),
+            "passes": len(gains),
+        }
     return out
