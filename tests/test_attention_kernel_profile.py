@@ -87,7 +87,7 @@ def test_rescale_gain_is_the_geometric_mean_of_per_pass_ratios():
     run = {
         "rows": [
             row(False, 1024, [p(1.0, 100.0)]),  # too short: left out
-            row(False, 4096, [p(110.0, 100.0), p(90.0, 100.0)]),
+            row(False, 4096, [p(110.0, 100.0), p(90.0, 100.0, 110.0)]),
             row(True, 8192, [p(99.0, 100.0, 110.0)]),
         ]
     }
@@ -97,8 +97,11 @@ def test_rescale_gain_is_the_geometric_mean_of_per_pass_ratios():
     assert gain[True]["early_cudnn"] == pytest.approx(0.9) and gain[True]["late_cudnn"] == (
         pytest.approx(100 / 110)
     )
+    short = kp.rescale_gain(run, min_seq=1024, max_seq=1024)[False]
+    assert short["gain"] == pytest.approx(0.01) and short["passes"] == 1
     with pytest.raises(ValueError, match="no D=64"):
         kp.rescale_gain(run, head_dim=64)
+    assert kp.anchor_spread(run) == pytest.approx(0.1)
 
 
 def test_committed_rescale_run_holds_both_forms_and_a_real_gain_reading():

@@ -37,6 +37,7 @@ from mlinfra_lab import results
 __all__ = [
     "PROFILE_PATTERN",
     "RESCALE_PATTERN",
+    "anchor_spread",
     "committed_kernel_profile",
     "committed_rescale_run",
     "gap_rows",
@@ -169,24 +170,27 @@ def _geomean(values: list[float]) -> float:
 
 
 def rescale_gain(
-    run: dict[str, Any], head_dim: int = 128, min_seq: int = 4096
+    run: dict[str, Any], head_dim: int = 128, min_seq: int = 4096, max_seq: int = 1 << 30
 ) -> dict[bool, dict[str, float]]:
-    """Per causal flag, over the shapes of `head_dim` with at least `min_seq` tokens and every
-    pass: ``gain`` (geometric mean of early/late TFLOP/s), ``lo``/``hi`` (its per-pass range),
-    ``early_cudnn``/``late_cudnn`` (geometric means of each form over cuDNN in the same pass)
-    and ``passes`` (how many ratios). Raises ValueError when the run has no such shape."""
+    """Per causal flag, over the shapes of `head_dim` with `min_seq` to `max_seq` tokens and
+    every pass: ``gain`` (geometric mean of early/late TFLOP/s), ``lo``/``hi`` (its per-pass
+    range), ``early_cudnn``/``late_cudnn`` (geometric means of each form over cuDNN in the same
+    pass) and ``passes`` (how many ratios); a flag with no such shape is left out. Raises
+    ValueError when the run has no such shape at all."""
     out: dict[bool, dict[str, float]] = {}
     for causal in (False, True):
         gains, early, late = [], [], []
         for row in run["rows"]:
-            if row["head_dim"] != head_dim or row["seq"] < min_seq or row["causal"] != causal:
+            if row["head_dim"] != head_dim or row["causal"] != causal:
+                continue
+            if not min_seq <= row["seq"] <= max_seq:
                 continue
             for p in row["tflops_passes"]:
                 gains.append(p[EARLY] / p[LATE])
                 early.append(p[EARLY] / p["sdpa_cudnn"])
                 late.append(p[LATE] / p["sdpa_cudnn"])
         if not gains:
-            raise ValueError(f"{run.get('file', 'the run')} has no D={head_dim} N>={min_seq} rows")
+            continue
         out[causal] = {
             "gain": _geomean(gains),
             "lo": min(gains),
@@ -195,4 +199,19 @@ def rescale_gain(
             "late_cudnn": _geomean(late),
             "passes": len(gains),
         }
+    if not out:
+        raise ValueError(
+            f"{run.get('file', 'the run')} has no D={head_dim} rows of {min_seq}-{max_seq} tokens"
+        )
     return out
+
+
+def anchor_spread(run: dict[str, Any], head_dim: int = 128, anchor: str = "sdpa_cudnn") -> float:
+    """The largest spread of `anchor`'s rate between the passes of one shape of `head_dim`
+    (fastest pass over slowest, minus 1): how far one pass can move on this card."""
+    return max(
+        max(p[anchor] for p in row["tflops_passes"]) / min(p[anchor] for p in row["tflops_passes"])
+        - 1
+        for row in run["rows"]
+        if row["head_dim"] == head_dim
+    )
