@@ -368,3 +368,27 @@ def test_the_throwaway_user_has_a_name_and_a_private_temp_folder(tmp_path, kind)
     path = _write(nb, tmp_path / "nb" / "who.ipynb")
     outcomes = run_notebooks([path], ExecutionConfig(cell_timeout=20, sandbox=kind))
     assert outcomes[path.resolve()]["who"].passed, outcomes[path.resolve()]["who"].message
+
+
+def test_a_crash_in_the_grader_names_where_not_what(tmp_path, monkeypatch):
+    """A notebook whose run raises in the grading process is reported as not graded, with
+    the exception's class and the grader's file and line (so an instructor can report it),
+    never the exception's text (a submission may have written it); the others still run."""
+    from mlinfra_lab.grading import execute
+
+    good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
+    for p in (good, bad):
+        p.write_text("{}")
+
+    def fake_run(path, *args, **kwargs):
+        if path.name == "bad.ipynb":
+            raise SystemError("\x1b[31mstudent text")
+        return {"c1": execute.CellOutcome("c1", 0, "passed", "")}
+
+    monkeypatch.setattr(execute, "run_notebook", fake_run)
+    out = execute.run_notebooks([good, bad], ExecutionConfig(jobs=2), sandbox=RlimitSandbox())
+    (crash,) = out[bad.resolve()].values()
+    assert crash.outcome == "failed"
+    assert "SystemError at test_grading_sandbox.py:" in crash.message
+    assert "in fake_run" in crash.message and "student text" not in crash.message
+    assert out[good.resolve()]["c1"].passed

@@ -39,6 +39,7 @@ import os
 import queue
 import tempfile
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -164,7 +165,10 @@ def run_notebooks(
             except Exception as err:  # noqa: BLE001
                 results[path] = {
                     CRASHED: CellOutcome(
-                        None, -1, "failed", f"grading this notebook failed ({type(err).__name__})"
+                        None,
+                        -1,
+                        "failed",
+                        f"grading this notebook failed ({type(err).__name__} {_where(err)})",
                     )
                 }
             except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
@@ -197,3 +201,14 @@ def _count_code_cells(path: Path) -> int:
     except (OSError, ValueError):
         return 1
     return sum(1 for c in cells if c.get("cell_type") == "code")
+
+
+def _where(err: BaseException) -> str:
+    """Where in the grader's own code `err` was raised ("at kernel_runner.py:120 in run"), so
+    an instructor can report a crash; never the exception's text, which a submission may
+    have written."""
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return "at an unknown place"
+    last = frames[-1]
+    return f"at {Path(last.filename).name}:{last.lineno} in {last.name}"
