@@ -239,34 +239,14 @@ def main() -> int:
         "--breakdown-backward", action="store_true", help="peel the default backward apart"
     )
     args = parser.parse_args()
-    import triton
     from triton.testing import do_bench
 
     if args.breakdown_backward:
-        result = {
-            "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "calls": CALLS,
-            "breakdown_backward": breakdown_backward(),
-        }
-        if args.out:
-            args.out.write_text(json.dumps(result, indent=1) + "\n")
+        _write(args.out, {**_header(), "calls": CALLS, "breakdown_backward": breakdown_backward()})
         return 0
-
     if args.breakdown:
-        result = {
-            "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "shape": SHAPES[0],
-            "calls": CALLS,
-            "breakdown": breakdown(),
-        }
-        if args.out:
-            args.out.write_text(json.dumps(result, indent=1) + "\n")
+        result = {**_header(), "shape": SHAPES[0], "calls": CALLS, "breakdown": breakdown()}
+        _write(args.out, result)
         return 0
     rows = []
     for b, h, n, d, causal in SHAPES:
@@ -286,18 +266,25 @@ def main() -> int:
             row.update(host_us=round(host, 1), gpu_us=round(gpu, 1), bench_us=round(bench, 1))
             rows.append(row)
             print(json.dumps(row))
-    result = {
+    _write(args.out, {**_header(), "requires_grad": not args.no_grad, "calls": CALLS, "rows": rows})
+    return 0
+
+
+def _header() -> dict:
+    """Device, versions and date: what every result file of this script starts with."""
+    import triton
+
+    return {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "requires_grad": not args.no_grad,
-        "calls": CALLS,
-        "rows": rows,
     }
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+
+
+def _write(out: Path | None, result: dict) -> None:
+    if out:
+        out.write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

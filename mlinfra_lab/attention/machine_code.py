@@ -97,8 +97,13 @@ def disassemble(compiled: Any) -> list[str]:
     return out
 
 
+def _opcode(instruction: str) -> str:
+    """The instruction without its predicate (``@P0``, ``@!UP1``)."""
+    return re.sub(r"^@!?U?P\w+\s+", "", instruction)
+
+
 def _event(instruction: str) -> str | None:
-    op = re.sub(r"^@!?U?P\w+\s+", "", instruction)  # drop a predicate
+    op = _opcode(instruction)
     if op.startswith("HGMMA"):
         return "M"
     if op.startswith("WARPGROUP.DEPBAR.LE"):
@@ -164,7 +169,7 @@ def multiplies_under_qk(lines: list[str]) -> int | None:
     marks = []
     for line in lines:
         event = _event(line)
-        if event is None and re.sub(r"^@!?U?P\w+\s+", "", line).startswith("FMUL"):
+        if event is None and _opcode(line).startswith("FMUL"):
             event = "F"
         if event is not None:
             marks.append(event)
