@@ -11,9 +11,9 @@ from mlinfra_lab.attention import (
     TileConfigError,
     TileTiming,
     TileTimingNeedsGPUError,
-    check_tile_config,
     time_forward_tile,
 )
+from mlinfra_lab.attention.tiles import check_tile_config
 
 pytestmark = pytest.mark.attention
 

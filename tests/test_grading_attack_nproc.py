@@ -45,7 +45,9 @@ def graded(tmp_path_factory):
     sandbox.caps = CgroupCaps(missing="switched off by the test")  # no pids.max
     config = ExecutionConfig(cell_timeout=60.0, max_procs=PROCS, jobs=2)
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
-    return {r.student: r for r in report.results}, sandbox
+    by = {r.student: r for r in report.results}
+    assert set(by) == set(cases), report.problems  # a notebook lost to a grader crash says why
+    return by, sandbox
 
 
 def test_the_honest_neighbour_keeps_full_marks(graded):

@@ -39,7 +39,6 @@ from mlinfra_lab.attention.tiles import (
     TileConfigError,
     TileTiming,
     TileTimingNeedsGPUError,
-    check_tile_config,
     time_forward_tile,
 )
 from mlinfra_lab.attention.traffic import attention_flops, hbm_traffic, hbm_traffic_breakdown
@@ -54,7 +53,6 @@ __all__ = [
     "attention_flops",
     "bank_conflict_degree",
     "bank_word_counts",
-    "check_tile_config",
     "flash_attention",
     "flash_attention_lse",
     "hbm_traffic",

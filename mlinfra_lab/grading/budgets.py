@@ -2,8 +2,7 @@
 
 Contract: the limits live in `ExecutionConfig` (``grade`` sets them from its flags); this
 module holds their defaults, the checks made before a notebook runs (`file_too_large`,
-`too_many_cells`), the address-space limit each kernel starts under
-(`address_space_limiter`), and the one-line messages the gradebook shows for each overrun
+`too_many_cells`), and the one-line messages the gradebook shows for each overrun
 (`memory_message` and the rest). It imports nothing heavy: the grading process and the
 sandbox that starts the kernels (`sandbox`, `kernel_runner`) both use it.
 
@@ -53,9 +52,6 @@ Design decisions:
 
 from __future__ import annotations
 
-import resource
-from collections.abc import Callable
-
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_CELLS",
@@ -66,7 +62,6 @@ __all__ = [
     "gpu_present",
     "DEFAULT_NOTEBOOK_TIMEOUT",
     "DEFAULT_OUTPUT_CAP",
-    "address_space_limiter",
     "file_too_large",
     "human_bytes",
     "memory_message",
@@ -182,19 +177,3 @@ def procs_message(message: str, limit: int | None) -> str:
         f"{message} [the grading budget is {limit} processes and threads per notebook "
         "(--max-procs)]"
     )
-
-
-def address_space_limiter(limit: int | None) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that caps the child's address space at `limit` bytes (soft and
-    hard, so the student's code cannot raise it again), or None for no limit.
-
-    It runs between fork and exec and only calls `resource.setrlimit` (a C call that takes
-    no lock), so it is safe although the grading process may have a progress-bar thread.
-    """
-    if limit is None:
-        return None
-
-    def limit_address_space() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return limit_address_space

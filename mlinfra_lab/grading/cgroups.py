@@ -95,15 +95,6 @@ class Group:
     pids: int | None
     procs_files: list[str] = field(default_factory=list)
 
-    def join(self, pid: int) -> None:
-        """Put process `pid` into the group (async-signal-safe enough for a preexec_fn)."""
-        for path in self.procs_files:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, str(pid).encode())
-            finally:
-                os.close(fd)
-
     def overrun(self) -> str | None:
         """Which cap the group's processes ran into, or None."""
         if self.kind == "cgroup2":

@@ -24,6 +24,8 @@ import ast
 import builtins
 import symtable
 
+from .pyparse import parse
+
 __all__ = ["KERNEL_NAMES", "JudgeNames", "imports_read", "python_text", "top_level_imports"]
 
 KERNEL_NAMES = frozenset({"get_ipython", "In", "Out", "exit", "quit", "display", "_", "__", "___"})
@@ -62,7 +64,7 @@ def top_level_imports(text: str) -> list[str]:
     (``from __future__`` left out): what the judge runs of an instructor's setup cell, so it
     binds ``np`` or ``grading_rng`` to its own import instead of the student kernel's."""
     try:
-        tree = ast.parse(_python(text))
+        tree = parse(_python(text))
     except (SyntaxError, ValueError):
         return []
     return [

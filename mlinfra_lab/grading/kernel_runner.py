@@ -168,6 +168,9 @@ def run_notebook(
             )
             if not expression_ok(ready, "r", TOKEN):
                 problem = "the grading kernel could not be prepared (kernel_reset.snapshot)"
+        if problem is not None and (over := sandbox.overrun(slot)) is not None:
+            detail = sandbox.overrun_detail(slot)
+            problem += f" (stopped at its {over} budget" + (f": {detail})" if detail else ")")
         if problem is not None:
             if "No module named ipykernel" in problem:
                 raise ExecutionError(

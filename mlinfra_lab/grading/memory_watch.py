@@ -20,7 +20,8 @@ What is counted, per sample:
   Pss of its mappings is taken out of the process's total so nothing counts twice;
 - the used bytes of the sandbox's own tmpfs mounts (bubblewrap's home, ``/tmp`` and
   ``/dev/shm``), read with ``statvfs`` through ``/proc/PID/root`` of a process in the
-  sandbox: files there are memory even when no process holds them.
+  sandbox, once its mount table shows each of them as a tmpfs (before that they are the
+  host's folders): files there are memory even when no process holds them.
 
 Design decisions:
 - Issue 30: with no cgroup, ``RLIMIT_AS`` alone held the budget per process; three
@@ -182,18 +183,45 @@ def _memfd(pid: int, seen: dict[tuple[int, int], int]) -> int:
     return total
 
 
+def _tmpfs_mounts(pid: int) -> dict[str, set[int]]:
+    """Mount point -> device numbers of every tmpfs in `pid`'s mount table, as it sees them."""
+    with open(f"/proc/{pid}/mountinfo") as fh:
+        lines = fh.readlines()
+    points: dict[str, set[int]] = {}
+    for line in lines:
+        # "id parent major:minor root mount-point options [optional...] - fstype source ..."
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) >= 5 and right.split()[:1] == ["tmpfs"]:
+            major, _, minor = fields[2].partition(":")
+            point = fields[4].replace("\\040", " ")
+            points.setdefault(point, set()).add(os.makedev(int(major), int(minor)))
+    return points
+
+
 def _tmpfs_used(pids: Sequence[int], mount_roots: Sequence[str]) -> int:
-    """Used bytes of the tmpfs mounts `mount_roots` as a process of `pids` sees them."""
+    """Used bytes of the tmpfs mounts `mount_roots` as a process of `pids` sees them.
+
+    Only a process that is already inside its sandbox is asked: one with a mount table of
+    its own in which every path of `mount_roots` is a tmpfs mount point, and the one it
+    sees there (same device: not covered by a later mount). While bubblewrap
+    is still building the sandbox, its process has a copy of the host's mount table, where
+    ``/proc/PID/root/tmp`` is the host's disk: counting that once killed a kernel at its
+    start (30 GB of used disk read as the sandbox's memory)."""
     if not mount_roots:
         return 0
     try:
-        own = os.stat("/proc/self/ns/mnt").st_ino
+        own_ns = os.stat("/proc/self/ns/mnt").st_ino
     except OSError:
         return 0
     for pid in pids:
         try:
-            if os.stat(f"/proc/{pid}/ns/mnt").st_ino == own:
+            if os.stat(f"/proc/{pid}/ns/mnt").st_ino == own_ns:
                 continue
+            mounts = _tmpfs_mounts(pid)
+            seen = {p: os.stat(f"/proc/{pid}/root{p}").st_dev for p in mount_roots}
+            if not all(dev in mounts.get(p, ()) for p, dev in seen.items()):
+                continue  # its sandbox is not built yet: these are the host's folders
             used = 0
             for path in mount_roots:
                 st = os.statvfs(f"/proc/{pid}/root{path}")

@@ -43,7 +43,8 @@ Design decisions:
   `Sandbox` claims its own block of uids (a lock file per block, `UID_LOCKS`), so two
   ``grade`` commands on one machine (or two test runs) never kill each other's kernels.
 - A GPU is passed through (``/dev/nvidia*``, ``/sys``) only where one exists.
-- Limits set before exec: the sandbox's control group (`cgroups`: memory and tasks of all
+- Limits set before exec, by a launcher program (`launch`, never a ``preexec_fn``: the
+  grader runs ``--jobs`` kernels from threads): the sandbox's control group (`cgroups`: memory and tasks of all
   its processes together, where this machine allows), address space (``RLIMIT_AS``, see
   `budgets`), file size (so a kernel cannot fill the disk through its log or its folder)
   and core dumps off.
@@ -71,12 +72,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
 from .cgroups import CgroupCaps, Group
 from .errors import GradingError
+from .launch import Limits, launcher
 from .memory_watch import MemoryWatch, descendants
 
 __all__ = [
@@ -125,27 +127,18 @@ def _limits(
     uid: int | None,
     group: Group | None = None,
     nproc: int | None = None,
-) -> Callable[[], None]:
-    """A ``preexec_fn``: the control group, resource limits, then (fallback only) the
-    throwaway user. `nproc`: ``RLIMIT_NPROC``, for a sandbox whose processes run as a
-    throwaway user and that no control group counts (`Sandbox.nproc_limit`)."""
-    import resource
-
-    def apply() -> None:
-        if group is not None:
-            group.join(os.getpid())
-        if memory_limit is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-        if nproc is not None:  # root itself is exempt; the throwaway user it becomes is not
-            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if uid is not None:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-
-    return apply
+) -> Limits:
+    """What `launch` applies before the sandbox's command runs: the control group,
+    resource limits, then (fallback only) the throwaway user. `nproc`: ``RLIMIT_NPROC``,
+    for a sandbox whose processes run as a throwaway user and that no control group
+    counts (`Sandbox.nproc_limit`)."""
+    return Limits(
+        fsize=MAX_FILE_BYTES,
+        memory=memory_limit,
+        nproc=nproc,
+        uid=uid,
+        cgroup_procs=tuple(group.procs_files) if group is not None else (),
+    )
 
 
 def _claim_uid_block() -> tuple[int, int]:
@@ -432,11 +425,12 @@ class RlimitSandbox(Sandbox):
     def _throwaway_user_can_run_python(self) -> bool:
         try:
             done = subprocess.run(
-                [sys.executable, "-c", "import mlinfra_lab"],
+                launcher(
+                    [sys.executable, "-c", "import mlinfra_lab"], _limits(None, self.uid_base)
+                ),
                 capture_output=True,
                 timeout=60,
                 cwd="/",
-                preexec_fn=_limits(None, self.uid_base),
             )
         except (OSError, subprocess.SubprocessError):
             return False
@@ -455,17 +449,15 @@ class RlimitSandbox(Sandbox):
     ) -> subprocess.Popen:
         marker = self.markers[slot] = f"{slot}-{os.urandom(16).hex()}"
         group = self.group(slot, memory_limit, max_procs)
+        limits = _limits(memory_limit, self.uid(slot), group, self.nproc_limit(slot, max_procs))
         proc = subprocess.Popen(
-            list(argv),
+            launcher(argv, limits),
             cwd=workdir / HOME_DIR,
             env={**env, self.MARKER_ENV: marker},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_limits(
-                memory_limit, self.uid(slot), group, self.nproc_limit(slot, max_procs)
-            ),
         )
         self.watch(proc, slot, workdir, memory_limit)
         return proc
@@ -640,15 +632,15 @@ class BwrapSandbox(Sandbox):
         disk_limit: int | None = None,
     ) -> subprocess.Popen:
         group = self.group(slot, memory_limit, max_procs)
+        limits = _limits(memory_limit, None, group, self.nproc_limit(slot, max_procs))
         proc = subprocess.Popen(
-            self.command(argv, workdir, env, slot, disk_limit),
+            launcher(self.command(argv, workdir, env, slot, disk_limit), limits),
             cwd=workdir,
             env=_BWRAP_ENV,  # bwrap's own: its processes in the sandbox are readable there
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_limits(memory_limit, None, group, self.nproc_limit(slot, max_procs)),
         )
         self.watch(proc, slot, workdir, memory_limit)
         return proc

@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .errors import GradingError
+from .pyparse import parse
 
 if TYPE_CHECKING:
     import numpy as np
@@ -93,7 +94,7 @@ def grading_rng(exercise: str, secret: str | None = None) -> np.random.Generator
 def seeded_names(text: str) -> set[str]:
     """The string literals `text` passes first to ``grading_rng`` / ``grading_seed``."""
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except (SyntaxError, ValueError):
         return set()
     names = set()
