@@ -44,10 +44,10 @@ Design decisions:
   ``grade`` commands on one machine (or two test runs) never kill each other's kernels.
 - A GPU is passed through (``/dev/nvidia*``, ``/sys``) only where one exists.
 - Limits set before exec, by a launcher program (`launch`, never a ``preexec_fn``: the
-  grader runs ``--jobs`` kernels from threads): the sandbox's control group (`cgroups`: memory and tasks of all
-  its processes together, where this machine allows), address space (``RLIMIT_AS``, see
-  `budgets`), file size (so a kernel cannot fill the disk through its log or its folder)
-  and core dumps off.
+  grader runs ``--jobs`` kernels from threads): the sandbox's control group (`cgroups`:
+  memory and tasks of all its processes together, where this machine allows), address
+  space (``RLIMIT_AS``, see `budgets`), file size (so a kernel cannot fill the disk
+  through its log or its folder) and core dumps off.
 - Disk (issue 30): the kernel's home, temporary folder and working directory
   (`HOME_DIR`), ``/tmp`` and ``/dev/shm`` are tmpfs of ``disk_limit`` bytes each
   (bubblewrap's ``--size``); its working folder on the host holds only its sockets and
