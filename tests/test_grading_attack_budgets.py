@@ -10,7 +10,11 @@ budget by a factor of two before it computes anything honest:
 - ``children``: three child processes, each under the per-process limit, together 2 x
   MEMORY;
 - ``forks``: 2 x PROCS forked children;
-- ``disk``: 2 x DISK into its home (a tmpfs), then the same into its host working folder.
+- ``disk``: 2 x DISK into its home (a tmpfs), then the same into its host working folder;
+- ``nested``: a user namespace of its own (``unshare -rm``), where it is root and mounts a
+  tmpfs of 1 GiB to write 2 x DISK into: no budget counted such a mount, so the sandbox
+  refuses the namespace (`seccomp`; `test_grading_seccomp` shows the attack with the filter
+  off).
 
 Each scores 0 for the exercise whose code went past the budget (a fork or a file write
 fails there; memory that the kernel's OOM killer had to reclaim, or a refused fork, ends
@@ -89,6 +93,14 @@ DISK_HOST = f"""def logsumexp(x, axis=-1):
         out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
     return np.squeeze(out, axis=axis)"""
 
+NESTED = f"""def stable_softmax(x, axis=-1):
+    import subprocess
+    hoard = "mount -t tmpfs -o size=1g none /tmp && head -c {2 * DISK} /dev/zero > /tmp/hoard"
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", hoard], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(done.stderr.strip())
+{HONEST}"""
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
@@ -99,6 +111,7 @@ def graded(tmp_path_factory):
         "children": _student_copy(softmax_solution=CHILDREN),
         "forks": _student_copy(softmax_solution=FORKS),
         "disk": _student_copy(softmax_solution=DISK_HOME, lse_solution=DISK_HOST),
+        "nested": _student_copy(softmax_solution=NESTED),
     }
     paths = _write_cases(tmp, cases)
     config = ExecutionConfig(
@@ -156,6 +169,16 @@ def test_disk_is_capped_in_the_home_and_the_host_folder(graded):
     assert points["logsumexp"] == 0.0, _message(by["disk"], "logsumexp")
     assert "Permission denied" in _message(by["disk"], "logsumexp")
     assert points["log_softmax"] == 3.0  # its own code stayed within the budgets
+
+
+def test_a_user_namespace_of_its_own_is_refused(graded):
+    _, by, sandbox = graded
+    if sandbox.kind != "bwrap":
+        pytest.skip("the seccomp filter is bubblewrap's (--seccomp)")
+    points = _points(by["nested"])
+    assert points["stable_softmax"] == 0.0, _message(by["nested"], "stable_softmax")
+    assert "Operation not permitted" in _message(by["nested"], "stable_softmax")
+    assert points["logsumexp"] == 2.0 and points["log_softmax"] == 3.0  # its honest code
 
 
 def test_unenforced_budgets_are_said(graded):

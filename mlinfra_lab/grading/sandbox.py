@@ -43,6 +43,8 @@ Design decisions:
   `Sandbox` claims its own block of uids (a lock file per block, `UID_LOCKS`), so two
   ``grade`` commands on one machine (or two test runs) never kill each other's kernels.
 - A GPU is passed through (``/dev/nvidia*``, ``/sys``) only where one exists.
+- No user namespace of its own: bubblewrap loads `seccomp.no_user_namespaces`, so the
+  throwaway user cannot become root in a namespace and mount a tmpfs no budget counts.
 - Limits set before exec, by a launcher program (`launch`, never a ``preexec_fn``: the
   grader runs ``--jobs`` kernels from threads): the sandbox's control group (`cgroups`:
   memory and tasks of all its processes together, where this machine allows), address
@@ -80,6 +82,7 @@ from .cgroups import CgroupCaps, Group
 from .errors import GradingError
 from .launch import Limits, launcher
 from .memory_watch import MemoryWatch, descendants
+from .seccomp import filter_fd, no_user_namespaces
 
 __all__ = [
     "SANDBOX_KINDS",
@@ -575,8 +578,10 @@ class BwrapSandbox(Sandbox):
         env: Mapping[str, str],
         slot: int,
         disk_limit: int | None = None,
+        seccomp_fd: int | None = None,
     ) -> list[str]:
-        """The full bwrap command line that runs `argv` in the sandbox."""
+        """The full bwrap command line that runs `argv` in the sandbox; `seccomp_fd`: an
+        open file holding the filter of `seccomp.no_user_namespaces` (inherited by bwrap)."""
         cmd = [
             self.bwrap,
             "--die-with-parent",
@@ -601,6 +606,8 @@ class BwrapSandbox(Sandbox):
             cmd.append("--unshare-user")
         cmd += self._mounts(workdir)
         cmd += ["--perms", "01777", *_sized(disk_limit), "--tmpfs", str(workdir / HOME_DIR)]
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]
         cmd += ["--chdir", str(workdir / HOME_DIR), "--clearenv"]
         for key, value in env.items():
             cmd += ["--setenv", key, value]
@@ -633,15 +640,22 @@ class BwrapSandbox(Sandbox):
     ) -> subprocess.Popen:
         group = self.group(slot, memory_limit, max_procs)
         limits = _limits(memory_limit, None, group, self.nproc_limit(slot, max_procs))
-        proc = subprocess.Popen(
-            launcher(self.command(argv, workdir, env, slot, disk_limit), limits),
-            cwd=workdir,
-            env=_BWRAP_ENV,  # bwrap's own: its processes in the sandbox are readable there
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        program = no_user_namespaces()
+        fd = filter_fd(program) if program is not None else None
+        try:
+            proc = subprocess.Popen(
+                launcher(self.command(argv, workdir, env, slot, disk_limit, fd), limits),
+                cwd=workdir,
+                env=_BWRAP_ENV,  # bwrap's own: its processes in the sandbox are readable there
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=() if fd is None else (fd,),
+            )
+        finally:
+            if fd is not None:
+                os.close(fd)  # bwrap holds its own copy
         self.watch(proc, slot, workdir, memory_limit)
         return proc
 
