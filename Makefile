@@ -131,7 +131,11 @@ check-system:
 	@[ -n "$$MLINFRA_PG_URL" ] || [ -n "$(PG_BINS)" ] || command -v initdb >/dev/null \
 	  || echo "make test: note: no PostgreSQL server programs (initdb): the tracking suite runs on SQLite only; apt-get install postgresql" >&2
 
-test-stages: lint check-lock unit notebooks validate book browser
+# The quick checks first, then two lanes at once (.ci/lanes.sh): the unit tests, and beside them
+# notebooks, validate, book and browser one after another (their output is printed when both
+# end). LANES=1 runs them one after another.
+test-stages: lint check-lock
+	@MAKE="$(MAKE)" bash .ci/lanes.sh
 
 # GPU: the unit tests that run on the device (GPU-marked ones, the attention kernels with one
 # tile per shape class, Hogwild after CUDA is live), then every chapter and lab under nbval
