@@ -132,10 +132,11 @@ check-system:
 	  || echo "make test: note: no PostgreSQL server programs (initdb): the tracking suite runs on SQLite only; apt-get install postgresql" >&2
 
 # The quick checks first, then two lanes at once (.ci/lanes.sh): the unit tests, and beside them
-# notebooks, validate, book and browser one after another (their output is printed when both
-# end). LANES=1 runs them one after another.
+# the BESIDE_UNIT stages one after another (their output is printed when both lanes end).
+# LANES=1 runs them all one after another.
+BESIDE_UNIT := notebooks validate book browser
 test-stages: lint check-lock
-	@MAKE="$(MAKE)" bash .ci/lanes.sh
+	@MAKE="$(MAKE)" bash .ci/lanes.sh $(BESIDE_UNIT)
 
 # GPU: the unit tests that run on the device (GPU-marked ones, the attention kernels with one
 # tile per shape class, Hogwild after CUDA is live), then every chapter and lab under nbval

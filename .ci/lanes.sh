@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # make test's long stages in two lanes at once: the unit tests in this terminal, and beside
-# them the notebooks, the labs' validation, the book and the browser test, one after another,
-# into a log file that is printed whole when both lanes have ended.
-#   bash .ci/lanes.sh          (make test-stages runs it, after lint and check-lock)
+# them the stages named (make passes BESIDE_UNIT: notebooks, validate, book, browser), one
+# after another, into a log file that is printed whole when both lanes have ended.
+#   bash .ci/lanes.sh STAGE...   (make test-stages runs it with BESIDE_UNIT, after lint and
+#                                check-lock; a lane stops at its first failing stage)
 # Why: the unit stage keeps a 2-core machine about half busy (measured: 387 s of CPU in
 # 709 s; it waits on pip, on kernels starting and on subprocesses), and the other stages do
-# not depend on it, so running them beside it takes minutes off `make test`. The two lanes
+# not depend on it, so running them beside it takes minutes off `make test` (a fresh-clone
+# .ci/run on 2 cores, 2026-12-07: 1434 s one after another, 930 s in two lanes). The lanes
 # share nothing but the PostgreSQL server (the notebooks do not use it) and the grading
 # sandbox's uid blocks (each grading process locks its own).
 # MAKE: the make to run (set by make itself). LANES=1 runs the stages one after another.
@@ -13,7 +15,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make=${MAKE:-make}
-other_stages=(notebooks validate book browser)
+if [ "$#" = 0 ]; then
+  echo "usage: bash .ci/lanes.sh STAGE... (the make targets to run beside \`make unit\`)" >&2
+  exit 2
+fi
+other_stages=("$@")
 
 if [ "${LANES:-2}" = 1 ]; then
   exec "$make" --no-print-directory unit "${other_stages[@]}"
