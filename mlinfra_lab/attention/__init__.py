@@ -6,6 +6,9 @@ The syllabus, in reading order:
 - `hbm_traffic`, `attention_flops`: what that costs in bytes, and what fusion saves;
 - `online_softmax` (and `online_softmax_trace`): softmax one block at a time;
 - `tiled_attention`: the FlashAttention-2 algorithm in plain PyTorch;
+- `tiled_attention_backward`, `backward_delta`: the backward pass in PyTorch, recomputing P
+  from the log-sum-exp (`hbm_traffic_backward` counts what that saves, `count_matmuls` what
+  it costs);
 - `flash_attention`: the same algorithm as a Triton kernel, forward and backward;
 - `time_forward_tile`: the forward kernel timed at one tile config you choose (GPU);
 - `bank_conflict_degree`, `tile_addresses`: shared-memory banks, padding and swizzles;
@@ -26,6 +29,12 @@ CPU interpreter (when there is no GPU) before its first triton import.
 """
 
 from mlinfra_lab.attention._checks import AttentionInputError, RemovedKernelError
+from mlinfra_lab.attention.backward import (
+    SCHEDULES,
+    backward_delta,
+    count_matmuls,
+    tiled_attention_backward,
+)
 from mlinfra_lab.attention.banks import bank_conflict_degree, bank_word_counts, tile_addresses
 from mlinfra_lab.attention.flash import flash_attention, flash_attention_lse
 from mlinfra_lab.attention.reference import (
@@ -41,21 +50,32 @@ from mlinfra_lab.attention.tiles import (
     TileTimingNeedsGPUError,
     time_forward_tile,
 )
-from mlinfra_lab.attention.traffic import attention_flops, hbm_traffic, hbm_traffic_breakdown
+from mlinfra_lab.attention.traffic import (
+    attention_flops,
+    hbm_traffic,
+    hbm_traffic_backward,
+    hbm_traffic_backward_breakdown,
+    hbm_traffic_breakdown,
+)
 
 __all__ = [
     "BACKENDS",
+    "SCHEDULES",
     "AttentionInputError",
     "RemovedKernelError",
     "TileConfigError",
     "TileTiming",
     "TileTimingNeedsGPUError",
     "attention_flops",
+    "backward_delta",
+    "count_matmuls",
     "bank_conflict_degree",
     "bank_word_counts",
     "flash_attention",
     "flash_attention_lse",
     "hbm_traffic",
+    "hbm_traffic_backward",
+    "hbm_traffic_backward_breakdown",
     "hbm_traffic_breakdown",
     "naive_attention",
     "online_softmax",
@@ -64,4 +84,5 @@ __all__ = [
     "time_forward_tile",
     "tile_addresses",
     "tiled_attention",
+    "tiled_attention_backward",
 ]

@@ -136,8 +136,9 @@ def tiled_attention(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention-2 forward in PyTorch: tiles of ``block_m`` queries x ``block_n`` keys.
 
-    Returns the output in the input dtype, and with ``return_lse`` also the float32 row
-    log-sum-exp ``[B, H, Nq]`` (natural log, of the scaled scores).
+    Returns the output in the input dtype, and with ``return_lse`` also the row log-sum-exp
+    ``[B, H, Nq]`` (natural log, of the scaled scores) in float32, or float64 for float64
+    inputs (the precision the backward recomputes P with).
     Bytes moved: Q and O once, K and V once per query block, no score matrix at all.
     """
     _, _, n_q, n_k, d = check_attention_inputs(q, k, v, causal)
@@ -147,7 +148,7 @@ def tiled_attention(
     scale = _scale(sm_scale, d)
     acc_t = torch.promote_types(q.dtype, torch.float32)  # float32, or float64 for a reference
     out = torch.empty_like(q)
-    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=acc_t, device=q.device)
     for i0 in range(0, n_q, block_m):
         i1 = min(i0 + block_m, n_q)
         qi = q[:, :, i0:i1].to(acc_t) * scale  # (B, H, bm, D), on chip
@@ -170,5 +171,5 @@ def tiled_attention(
             acc = acc * alpha[..., None] + p.to(v.dtype).to(acc_t) @ v[:, :, j0:j1].to(acc_t)
             m = m_new
         out[:, :, i0:i1] = (acc / l[..., None]).to(q.dtype)
-        lse[:, :, i0:i1] = (m + torch.log(l)).float()
+        lse[:, :, i0:i1] = m + torch.log(l)
     return (out, lse) if return_lse else out

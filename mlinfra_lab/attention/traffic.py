@@ -11,15 +11,27 @@ Design decisions:
   the floor. A real fused kernel re-reads K and V once per query block; pass
   ``block_m`` to count those re-reads (most of them hit L2 on a GPU, so the truth lies
   between the two counts).
-- Forward only; the backward pass of the unfused version also stores P for autograd,
-  which `naive_attention`'s peak memory shows directly.
+- The backward (`hbm_traffic_backward`): a fused backward reads Q, K, V, O and dO, the
+  float32 log-sum-exp ``L`` and writes and reads the float32 row term ``D = rowsum(dO * O)``,
+  and writes dQ, dK and dV; it recomputes P from Q, K and L. The alternative it is compared
+  with, ``store_p=True``, keeps P from the forward: the forward writes ``N x N`` values per
+  head and the backward reads them back, in place of L. The unfused backward of autograd
+  does at least that.
 - FLOPs: ``4 * B * H * Nq * Nk * D`` for the two matmuls, halved when causal; the
   backward counts 2.5 times the forward (five matmuls against two).
 """
 
 from __future__ import annotations
 
-__all__ = ["attention_flops", "hbm_traffic", "hbm_traffic_breakdown"]
+__all__ = [
+    "attention_flops",
+    "hbm_traffic",
+    "hbm_traffic_backward",
+    "hbm_traffic_backward_breakdown",
+    "hbm_traffic_breakdown",
+]
+
+STATS_BYTES = 4  # the log-sum-exp and D are float32 whatever the input dtype
 
 
 def _positive(**sizes: int) -> None:
@@ -74,6 +86,36 @@ def hbm_traffic(
     """
     return sum(
         hbm_traffic_breakdown(batch, heads, seq, head_dim, dtype_bytes, fused, block_m).values()
+    )
+
+
+def hbm_traffic_backward_breakdown(
+    batch: int, heads: int, seq: int, head_dim: int, dtype_bytes: int, store_p: bool
+) -> dict[str, int]:
+    """Bytes of the backward pass (and, with ``store_p``, of the forward's extra write of P)
+    per step, e.g. ``{"read Q, K, V, O, dO": ..., "write P (forward)": ...}``."""
+    _positive(batch=batch, heads=heads, seq=seq, head_dim=head_dim, dtype_bytes=dtype_bytes)
+    bh = batch * heads
+    nd = bh * seq * head_dim * dtype_bytes
+    rows = bh * seq * STATS_BYTES  # one float32 per row
+    steps = {
+        "read Q, K, V, O, dO": 5 * nd,
+        "write and read D": 2 * rows,
+        "write dQ, dK, dV": 3 * nd,
+    }
+    if store_p:
+        nn = bh * seq * seq * dtype_bytes
+        return {**steps, "write P (forward)": nn, "read P": nn}
+    return {**steps, "read L": rows}
+
+
+def hbm_traffic_backward(
+    batch: int, heads: int, seq: int, head_dim: int, dtype_bytes: int, store_p: bool
+) -> int:
+    """Bytes the backward moves through HBM: linear in N when P is recomputed from the
+    log-sum-exp, ``+ 2*B*H*N^2*b`` when the forward stores P for it (``store_p=True``)."""
+    return sum(
+        hbm_traffic_backward_breakdown(batch, heads, seq, head_dim, dtype_bytes, store_p).values()
     )
 
 
