@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from mlinfra_lab.attention import (
-    SCHEDULES,
     AttentionInputError,
     backward_delta,
     count_matmuls,
@@ -17,6 +16,7 @@ from mlinfra_lab.attention import (
     tiled_attention,
     tiled_attention_backward,
 )
+from mlinfra_lab.attention.backward import SCHEDULES
 from mlinfra_lab.attention.studies import alloc_layouts, shared_layouts
 
 pytestmark = pytest.mark.attention

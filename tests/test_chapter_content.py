@@ -313,7 +313,7 @@ def test_ref_targets_and_the_progression_in_the_intro() -> None:
         )
     assert "stretch" in progression
     lab1 = next(p for p in LAB_PAGES if p.name.startswith("01_"))
-    assert any(c.startswith("## Exercise 3 (stretch)") for c in _markdown_cells(lab1))
+    assert any(c.startswith("## Exercise 4 (stretch)") for c in _markdown_cells(lab1))
 
 
 def _code_cells(path: Path) -> list[str]:

@@ -30,7 +30,6 @@ CPU interpreter (when there is no GPU) before its first triton import.
 
 from mlinfra_lab.attention._checks import AttentionInputError, RemovedKernelError
 from mlinfra_lab.attention.backward import (
-    SCHEDULES,
     backward_delta,
     count_matmuls,
     tiled_attention_backward,
@@ -60,7 +59,6 @@ from mlinfra_lab.attention.traffic import (
 
 __all__ = [
     "BACKENDS",
-    "SCHEDULES",
     "AttentionInputError",
     "RemovedKernelError",
     "TileConfigError",
