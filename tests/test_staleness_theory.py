@@ -94,7 +94,7 @@ def test_first_order_bias_grows_with_staleness_and_lr():
 
 
 def test_implicit_momentum_and_its_correction():
-    assert st.implicit_momentum(7) == pytest.approx(1 - 1 / 8)  # n = 8 equal workers
+    assert st.implicit_momentum(7) == pytest.approx(1 - 1 / 8)  # M = 8, exponential times
     assert st.corrected_momentum(0.9, 7) == pytest.approx(0.2)  # (0.9 - .875) / .125
     assert st.corrected_momentum(0.5, 7) == 0.0
     assert st.corrected_momentum(0.5, 7, allow_negative=True) < 0

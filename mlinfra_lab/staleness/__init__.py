@@ -11,6 +11,8 @@ Read in this order (chapter 5 of the course follows it):
 - `simulator`: `simulate(...) -> SimResult`, the discrete-event parameter server;
 - `theory`: `stability_bound(tau)`, the first-order bias, implicit momentum;
 - `analysis`: histograms, `staleness_loss_correlation`, updates- vs time-to-target;
+- `sweeps`: `seed_sweep`, `compare_policies`, `lr_sweep`, `matched_lr`: every comparison over
+  seeds (median and range) and against tuned and step-matched `Async` baselines;
 - `hogwild`: `run_hogwild`, real processes on shared memory, to check the simulator.
 """
 
@@ -42,6 +44,15 @@ from mlinfra_lab.staleness.policies import (
 from mlinfra_lab.staleness.problems import Problem, logreg_problem, mlp_problem, quadratic_problem
 from mlinfra_lab.staleness.simulator import SimConfig, SimResult, simulate
 from mlinfra_lab.staleness.speeds import Presence, Slowdown, WorkerSpeeds
+from mlinfra_lab.staleness.sweeps import (
+    LRSweep,
+    SeedSweep,
+    Spread,
+    compare_policies,
+    lr_sweep,
+    matched_lr,
+    seed_sweep,
+)
 from mlinfra_lab.staleness.theory import (
     corrected_momentum,
     delay_spectral_radius,
@@ -61,17 +72,21 @@ __all__ = [
     "DelayCompensated",
     "HogwildResult",
     "HogwildWorkerError",
+    "LRSweep",
     "Policy",
     "Presence",
     "Problem",
+    "SeedSweep",
     "SimConfig",
     "SimResult",
     "SimulationStalledError",
     "Slowdown",
+    "Spread",
     "StalenessAwareLR",
     "StalenessConfigError",
     "Sync",
     "WorkerSpeeds",
+    "compare_policies",
     "corrected_momentum",
     "delay_wait_group",
     "delay_spectral_radius",
@@ -80,10 +95,13 @@ __all__ = [
     "implicit_momentum",
     "inverse_staleness",
     "logreg_problem",
+    "lr_sweep",
+    "matched_lr",
     "mlp_problem",
     "power_weight",
     "quadratic_problem",
     "run_hogwild",
+    "seed_sweep",
     "simulate",
     "ssp_wait_group",
     "stability_bound",

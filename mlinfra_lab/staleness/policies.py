@@ -37,6 +37,12 @@ The other policies (one small frozen dataclass each, composed by the simulator):
   `StalenessAwareLR.zhang()` is the lr/s rule of Zhang et al. 2016 (IJCAI,
   "Staleness-aware Async-SGD"), ``power_weight(p)`` the family ``(1+s)^-p`` whose steepness p
   trades bias against wasted straggler compute.
+  Staleness conventions: Zhang et al. stamp the weights with a scalar clock i (each update adds
+  1) and a gradient with the stamp j of the weights it was computed from; its staleness is
+  tau = i - j >= 0 when it reaches the server at stamp i. That counts the updates applied while
+  it was computed, which is this simulator's s, so their alpha_0 / tau is lr / s with no shift
+  (a fresh gradient, s = 0, keeps the full step). The course's 1/(1+s) is the same rule with s
+  shifted by one: it is defined at s = 0 and halves the step at s = 1, where lr/s does not.
 - `DelayCompensated(lam)`: DC-ASGD (Zheng et al. 2017, ICML): a first-order Taylor correction
   g(theta_now) ~ g + lam * g * g * (theta_now - theta_pulled), with g*g (element-wise) a
   cheap diagonal stand-in for the Hessian. ``adaptive=True`` is the paper's DC-ASGD-a:
@@ -92,7 +98,7 @@ def inverse_staleness(s: int) -> float:
 
 
 def zhang_weight(s: int) -> float:
-    """Zhang et al. 2016's lr / s rule (s = 0 keeps the full step)."""
+    """Zhang et al. 2016's alpha_0 / tau rule, 1 / s: their tau is our s (s = 0 keeps lr)."""
     return 1.0 / max(s, 1)
 
 

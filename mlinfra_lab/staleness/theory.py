@@ -15,12 +15,17 @@ Derivations (the chapter walks through them):
 - First-order bias. A gradient pulled at theta_t and applied at theta_{t+s} errs by
   g(theta_t) - g(theta_{t+s}) ~ H (theta_t - theta_{t+s}) = H * lr * (sum of the s updates in
   between), so its norm grows like lr * s: both knobs, in product.
-- Implicit momentum (Mitliagkas et al. 2016, "Asynchrony begets momentum"). With staleness
-  geometrically distributed with mean E[s], the expected asynchronous update behaves like
-  heavy-ball momentum mu_imp = E[s] / (1 + E[s]); with n equally fast workers E[s] = n - 1 and
-  mu_imp = 1 - 1/n. Explicit momentum mu_exp stacks on top; matching the total step
-  amplification 1/(1 - mu) of a target mu gives mu_exp = (mu - mu_imp) / (1 - mu_imp), which is
-  often <= 0: asynchronous runs want less (even no) explicit momentum.
+- Implicit momentum (Mitliagkas et al. 2016, "Asynchrony begets momentum"). Their model: M
+  workers whose compute times are exponentially distributed (memoryless), which makes the
+  staleness of an update geometric, P(s = k) = (1 - q) q^k with q = 1 - 1/M (mean M - 1). Their
+  staleness counts the updates applied between a worker's read and its write, the course's s.
+  Under that model the expected asynchronous update is heavy-ball momentum mu_imp = 1 - 1/M,
+  which is E[s] / (1 + E[s]). The derivation needs the geometric law: equally fast workers give
+  every update the same staleness n - 1, the fixed-delay recursion of `stability_bound`, not
+  momentum. `implicit_momentum(E[s])` applies the formula at any mean staleness, a heuristic
+  outside the exponential model. Explicit momentum mu_exp stacks on top; matching the total
+  step amplification 1/(1 - mu) of a target mu gives mu_exp = (mu - mu_imp) / (1 - mu_imp),
+  which is often <= 0: asynchronous runs want less (even no) explicit momentum.
 
 Caveats: the bound is exact for a deterministic fixed delay; random staleness with the same
 mean is usually a little more forgiving (the chapter shows both).
@@ -101,7 +106,12 @@ def gradient_staleness_error(
 
 
 def implicit_momentum(mean_staleness: float) -> float:
-    """Momentum that asynchrony adds, E[s] / (1 + E[s]) (1 - 1/n for n equal workers)."""
+    """Momentum that asynchrony adds, E[s] / (1 + E[s]).
+
+    Exact for geometric staleness, which M workers with exponentially distributed compute
+    times produce (E[s] = M - 1, mu_imp = 1 - 1/M; Mitliagkas et al. 2016); a heuristic for
+    other staleness distributions.
+    """
     if not (math.isfinite(mean_staleness) and mean_staleness >= 0):
         raise StalenessConfigError(f"mean_staleness must be finite and >= 0, got {mean_staleness}")
     return mean_staleness / (1.0 + mean_staleness)
