@@ -36,20 +36,6 @@ Design decisions:
   tile), version 1 everywhere else, silently (nothing was asked for). Asked for by name
   (argument or environment) where it cannot run, version 1 runs and a `KernelVersionWarning`
   says why: never a silent switch.
-- Version 5, measured. Predicted (before the first run): 5-15% over v1 at D=128. In two H200
-  runs of a dozen configurations (``benchmarks/results/h200-gluon-configs-2026-12-04-run*.json``)
-  the best configuration per shape ran 1.04-1.37x v1 and 0.72-0.95x cuDNN at D=128
-  (0.79-0.95x at N >= 4k, where v1 reached 0.74-0.81x), 0.92-1.21x v1 and 0.76-1.07x cuDNN at
-  D=64; at D=128 the overlap is worth 2-8% over the same kernel's plain schedule (its SASS,
-  read by `machine_code`, waits for P V before the softmax at that tile: the gain is the two
-  matmuls issued back to back), at D=64 the plain schedule won most shapes. Causal D=64 at
-  1k tokens stays on v1 (every v5 configuration was slower there). Three sweeps of the
-  benchmark with the default kernel (``benchmarks/results/h200-fwd-v5-default-2026-12-04-run*.json``):
-  0.86-0.94x cuDNN at D=128 and N >= 4k (v1 in the same runs: 0.75-0.79x), 0.96-1.06x at
-  D=64; at least 1.25x SDPA's FlashAttention-2 on every shape of the third sweep, below it on
-  1 and 3 shapes (1k-2k tokens) of the first two, which ran before the launcher cached its
-  per-call answers; at 1k tokens the launch path costs about as much as the kernel
-  (``benchmarks/results/h200-host-overhead-2026-12-04.json``).
 - Backward "split" (FA2's algorithm, Triton): a small kernel computes
   ``delta = rowsum(dO * O)``; `_bwd_dkdv_kernel` (one program per key tile, streaming
   queries) and `_bwd_dq_kernel` (one program per query tile, streaming keys) each recompute
@@ -61,14 +47,7 @@ Design decisions:
   dP^T issued back to back, dV under dP^T). It runs where its measured table gives the
   shape and it can run (Hopper, bf16/fp16, head dim 64 or 128, equal lengths that are
   multiples of 64), the Triton "split" kernels everywhere else, silently unless "gluon" was
-  asked for by name. Predicted (before its first run) 1.1-1.35x the Triton kernels at D=128,
-  so 0.85-0.95x cuDNN; measured in one H100 run (``benchmarks/results/h100-gluon-bwd-2026-12-05.json``)
-  1.01-1.33x the Triton split backward at D=128 and 1.04-1.21x at D=64 (causal D=64 at 16k
-  tokens 0.97x: Triton kept there), 0.75-0.86x cuDNN at D=128 and N >= 4k (Triton: 0.74x);
-  in the full sweep that followed (``benchmarks/results/h100-attention-2026-12-05.json``, 3
-  repeats) 0.81-0.99x cuDNN there. Nsight Compute (``h100-ncu-kernels-2026-12-05.json``,
-  D=128, N=8k): its tensor pipes are busier than cuDNN's (78-84% vs 67% of peak), but the
-  split does 7 matmuls to cuDNN's 5, which is the remaining gap.
+  asked for by name.
 - Float32 inputs use IEEE-precision dots (not TF32), so fp32 results are fp32-accurate.
 - Batch x heads runs on the grid's second axis (query tiles on the first, so the programs
   of one head run together and share K and V in L2); CUDA caps that axis at 65,535, so a
@@ -88,18 +67,9 @@ the bytes it moves, `tiled_attention` this same algorithm in PyTorch. Bytes the 
 forward moves: Q and O once, K and V once per query tile (``ceil(N / BLOCK_M)`` passes,
 mostly served by L2), no score matrix.
 
-Removed variants (each lost to version 1 or the split backward on the H200; their code is
-in git commit 687b216, ``git show 687b216:mlinfra_lab/attention/_flash_kernels.py``, and
-`REMOVED_VERSIONS` / `REMOVED_BACKWARDS` hold the messages; the case-study appendix,
-``book/appendix_attention_case_study.ipynb``, reads their committed runs through `case_study`):
-- version 2: TMA tensor descriptors built in the kernel, the scale folded into one FMA; 5-20%
-  slower than v1 (``benchmarks/results/h200-attention-2026-12-02-v2.json``).
-- version 3: version 2 with the descriptors built on the host; 0.95-1.0x v1 at D=128,
-  0.97-1.01x at D=64 (``benchmarks/results/h200-fwd-versions-2026-12-04-run*.json``).
-- version 4: v1 with the next tile's QK^T issued before this tile's softmax; 0.72-0.90x v1
-  at D=64, 0.93-1.02x at D=128 (``benchmarks/results/h200-fwd-overlap-2026-12-04-run*.json``).
-- backward "atomic": FA2's 5 matmuls, dQ added by every key tile with float32 atomics;
-  0.63-0.95x the split backward (``benchmarks/results/h200-bwd-atomic-2026-12-04-run*.json``).
+Removed variants (versions 2-4, the "atomic" backward) raise `RemovedKernelError`, whose
+message (`REMOVED_VERSIONS`, `REMOVED_BACKWARDS`) says what each was and where its code is;
+what they measured is in ``benchmarks/NOTES.md`` and the case-study appendix.
 
 Caveats: causal attention needs equal query and key lengths (`_checks`).
 The interpreter has no bfloat16.
