@@ -7,8 +7,10 @@ The syllabus, in the order the chapter uses it:
   data wait, forward, backward, exposed communication and optimizer time (`RunResult`).
 - `allreduce_bench`, `run_allreduce_bench`, `fit_alpha_beta`: nccl-tests' all_reduce_perf
   and the latency/bandwidth fit of its timings.
-- `ring_allreduce_time`, `tree_allreduce_time`, `StepModel`, `worked_example`: the cost
-  model that extrapolates a small run to 8 and 64 GPUs.
+- `Cluster`, `Level`, `h100_cluster`: the all-reduce on a two-level cluster (NVLink inside a
+  node, NICs between nodes), ring, tree or hierarchical, from published parameters.
+- `ring_allreduce_time`, `tree_allreduce_time`, `StepModel`, `worked_example`,
+  `flat_ring_example`: the cost model that extrapolates a small run to 8 and 64 GPUs.
 - `loader_bench`, `shared_source_bench`: the data loader alone.
 - `diagnose` -> `Diagnosis`, `scaling_efficiency`; `parse_nccl_log`: the verdict, its
   evidence, the transport.
@@ -55,6 +57,7 @@ from mlinfra_lab.scaling.launch import (
 from mlinfra_lab.scaling.model import (
     StepModel,
     StepPrediction,
+    flat_ring_example,
     ring_allreduce_time,
     tree_allreduce_time,
     worked_example,
@@ -69,9 +72,26 @@ from mlinfra_lab.scaling.nvml import (
 )
 from mlinfra_lab.scaling.results import PHASES, ResultFileError, RunResult, load_run, save_run
 from mlinfra_lab.scaling.synthetic import Mystery, hide_faults, mystery_set, synthesize_run
+from mlinfra_lab.scaling.topology import (
+    ALGORITHMS,
+    H100_SOURCES,
+    AllReduceCost,
+    Cluster,
+    Level,
+    TopologyError,
+    h100_cluster,
+)
 from mlinfra_lab.scaling.trace import OpRow, format_op_table, op_table, summarise_trace
 
 __all__ = [
+    "ALGORITHMS",
+    "AllReduceCost",
+    "Cluster",
+    "H100_SOURCES",
+    "Level",
+    "TopologyError",
+    "flat_ring_example",
+    "h100_cluster",
     "CAUSES",
     "FAULT_KINDS",
     "HOOKS",
