@@ -11,6 +11,8 @@ The syllabus, in the order the chapter uses it:
   node, NICs between nodes), ring, tree or hierarchical, from published parameters.
 - `ring_allreduce_time`, `tree_allreduce_time`, `StepModel`, `worked_example`,
   `flat_ring_example`: the cost model that extrapolates a small run to 8 and 64 GPUs.
+- `ComputeRate`, `critical_batch`: the communication roofline, the per-GPU batch at which
+  compute covers the all-reduce.
 - `loader_bench`, `shared_source_bench`: the data loader alone.
 - `diagnose` -> `Diagnosis`, `scaling_efficiency`; `parse_nccl_log`: the verdict, its
   evidence, the transport.
@@ -71,6 +73,7 @@ from mlinfra_lab.scaling.nvml import (
     sample_counters,
 )
 from mlinfra_lab.scaling.results import PHASES, ResultFileError, RunResult, load_run, save_run
+from mlinfra_lab.scaling.roofline import ComputeRate, RooflineError, critical_batch
 from mlinfra_lab.scaling.synthetic import Mystery, hide_faults, mystery_set, synthesize_run
 from mlinfra_lab.scaling.topology import (
     ALGORITHMS,
@@ -87,6 +90,9 @@ __all__ = [
     "ALGORITHMS",
     "AllReduceCost",
     "Cluster",
+    "ComputeRate",
+    "RooflineError",
+    "critical_batch",
     "H100_SOURCES",
     "Level",
     "TopologyError",

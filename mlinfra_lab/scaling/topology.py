@@ -225,7 +225,7 @@ H100_SOURCES: dict[str, str] = {
     "alpha": "3.4 us per NVLink hop, 9.6 us per network hop, 8.4 us per collective: the ring "
     "Simple-protocol latencies of NCCL's tuning model, src/graph/tuning.cc (nccltuning)",
     "nics": "a DGX H100 has eight 400 Gb/s ConnectX-7 NICs for its compute fabric, one per "
-    "GPU (dgxh100guide)",
+    "GPU (dgxbasepod)",
 }
 
 _NVLINK_BUSBW = 370e9
