@@ -18,7 +18,7 @@ The syllabus, in the order the chapter uses it:
   evidence, the transport.
 - `synthesize_run`, `mystery_set`: runs computed from the emulation's arithmetic for stated
   faults (the lab's fresh mysteries, one fault or two at once).
-- `summarise_trace`, `op_table`, `format_op_table`: a `torch.profiler` trace of the profiled
+- `summarise_trace`, `op_table`, `format_op_table`, `op_table_html`: a `torch.profiler` trace of the profiled
   steps (`RunConfig(trace=True)`), read back as compute vs communication and top operators.
 - `read_counters`, `sample_counters`, `describe_counters`: GPU counters from NVML
   (utilisation, memory, power), with a fallback that says why there is none.
@@ -84,7 +84,13 @@ from mlinfra_lab.scaling.topology import (
     TopologyError,
     h100_cluster,
 )
-from mlinfra_lab.scaling.trace import OpRow, format_op_table, op_table, summarise_trace
+from mlinfra_lab.scaling.trace import (
+    OpRow,
+    format_op_table,
+    op_table,
+    op_table_html,
+    summarise_trace,
+)
 
 __all__ = [
     "ALGORITHMS",
@@ -135,6 +141,7 @@ __all__ = [
     "mystery_set",
     "loader_bench",
     "op_table",
+    "op_table_html",
     "parse_fault",
     "parse_nccl_log",
     "profile",
