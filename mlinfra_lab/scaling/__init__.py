@@ -20,6 +20,8 @@ The syllabus, in the order the chapter uses it:
   faults (the lab's fresh mysteries, one fault or two at once).
 - `summarise_trace`, `op_table`, `format_op_table`, `op_table_html`: a `torch.profiler` trace of the profiled
   steps (`RunConfig(trace=True)`), read back as compute vs communication and top operators.
+- `step_timeline` -> `StepTimeline`: one step's phases and each bucket's all-reduce, hidden
+  under backward or exposed after it, from the run's own record.
 - `read_counters`, `sample_counters`, `describe_counters`: GPU counters from NVML
   (utilisation, memory, power), with a fallback that says why there is none.
 - `compression_bench`, `counting_hook`: gradient compression through DDP comm hooks (fp16,
@@ -75,6 +77,13 @@ from mlinfra_lab.scaling.nvml import (
 from mlinfra_lab.scaling.results import PHASES, ResultFileError, RunResult, load_run, save_run
 from mlinfra_lab.scaling.roofline import ComputeRate, RooflineError, critical_batch
 from mlinfra_lab.scaling.synthetic import Mystery, hide_faults, mystery_set, synthesize_run
+from mlinfra_lab.scaling.timeline import (
+    BucketSpan,
+    Span,
+    StepTimeline,
+    TimelineError,
+    step_timeline,
+)
 from mlinfra_lab.scaling.topology import (
     ALGORITHMS,
     H100_SOURCES,
@@ -101,6 +110,11 @@ __all__ = [
     "critical_batch",
     "H100_SOURCES",
     "Level",
+    "BucketSpan",
+    "Span",
+    "StepTimeline",
+    "TimelineError",
+    "step_timeline",
     "TopologyError",
     "flat_ring_example",
     "h100_cluster",
