@@ -5,7 +5,8 @@ pipe tables that reached the page as text instead of as a `<table>`; empty on a 
 
 Design decisions:
 - A pipe table's delimiter row is what no rendered page shows as text: the header row alone
-  could be prose with bars in it, the delimiter row cannot. Code (`<pre>`, `<code>`),
+  could be prose with bars in it, the delimiter row cannot. On a built page Sphinx's
+  smartquotes have already turned its dashes into en and em dashes. Code (`<pre>`, `<code>`),
   scripts and styles are dropped first, so a page may still *show* Markdown source.
 - myst-nb renders a cell's text/markdown output as CommonMark by default, and CommonMark has
   no tables: a `display(Markdown(pipe_table))` becomes one paragraph of bars and dashes. That
@@ -19,7 +20,10 @@ import re
 
 _DROP = re.compile(r"<(pre|code|script|style)\b.*?</\1>", re.DOTALL | re.IGNORECASE)
 _TAG = re.compile(r"<[^>]+>")
-_DELIMITER_ROW = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)+\|?\s*$")
+# A delimiter cell is dashes with optional colons; Sphinx's smartquotes turn "---" into an
+# em dash and "--" into an en dash on the built page, so those count as dashes too.
+_CELL = r"\s*:?[-\u2013\u2014]+:?\s*"
+_DELIMITER_ROW = re.compile(rf"^\s*\|?{_CELL}(?:\|{_CELL})+\|?\s*$")
 
 
 def raw_markdown_tables(html: str) -> list[str]:
