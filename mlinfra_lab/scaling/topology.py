@@ -11,13 +11,12 @@ parameters come from published sources (`H100_SOURCES`); a DGX H100 has eight NI
 Design decisions:
 - Bus bandwidth, not link speed: nccl-tests' busbw is ``algbw * 2(n-1)/n``, what a ring
   all-reduce sustains per GPU whatever n is, so a level's busbw plugs straight into
-  ``2(n-1)/n * nbytes / busbw``. Inside an H100 node NCCL's ring reaches about 370 GB/s of
-  the NVLink's 450 GB/s line rate per direction.
+  ``2(n-1)/n * nbytes / busbw``: the number nccl-tests prints is the parameter, protocol
+  overhead included.
 - The network level's bus bandwidth is the node's, not one GPU's: NCCL spreads a ring's
   channels (or a tree's) over all the NICs of a node, so an all-reduce between nodes runs at
-  the NICs' aggregate, about 97% of line rate each (12.2 GB/s on one 100 Gb/s NIC, 48 GB/s on
-  a DGX-1's four). Eight 400 Gb/s NICs, one per GPU, are why the node boundary costs a DGX
-  H100 little; one or two NICs per node make it a cliff.
+  the NICs' aggregate, each close to its line rate. One NIC per GPU, as a DGX H100 has, is
+  why the node boundary costs such a node little; one or two NICs per node make it a cliff.
 - Latency as in NCCL's own tuning model: a fixed cost per collective plus one hop latency
   per step, NVLink hops inside a node and network hops between nodes. A ring of p GPUs on N
   nodes makes 2(p-1) steps, 2(N-1) of them across the network; NCCL's tree makes a chain
@@ -33,9 +32,10 @@ SHARP on InfiniBand), which raise bus bandwidth above these; the tree's bandwidt
 capped as NCCL caps it; congestion from other jobs is absent. The model explains where time
 goes; a measured nccl-tests sweep on your cluster replaces its parameters.
 
-References: nccl-tests' PERFORMANCE.md (busbw); NCCL's src/graph/tuning.cc (hop latencies,
-the ring and tree latency formulas); NCCL maintainers' answers in nccl-tests issues #212
-(H100 NVLink ring busbw) and #29 (network busbw = the node's NICs together).
+References (the numbers themselves, with their sources, are in `H100_SOURCES`):
+nccl-tests' PERFORMANCE.md (busbw); NCCL's src/graph/tuning.cc (hop latencies, the ring and
+tree latency formulas); NCCL maintainers' answers in the nccl-tests issue tracker on H100
+NVLink bus bandwidth and on bus bandwidth between nodes.
 """
 
 from __future__ import annotations
