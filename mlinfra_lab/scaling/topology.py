@@ -20,7 +20,9 @@ Design decisions:
 - Latency as in NCCL's own tuning model: a fixed cost per collective plus one hop latency
   per step, NVLink hops inside a node and network hops between nodes. A ring of p GPUs on N
   nodes makes 2(p-1) steps, 2(N-1) of them across the network; NCCL's tree makes a chain
-  inside each node and a binary tree between nodes: 2((g-1) + ceil(log2 N)) steps.
+  inside each node and a binary tree between nodes: 2((g-1) + ceil(log2 N)) steps, charged
+  here at the ring's per-hop latencies (NCCL's table gives the tree a per-chunk latency
+  instead).
 - Three algorithms: "ring" (one ring through every GPU: its bandwidth is the slower level's),
   "tree" (NCCL's: logarithmic latency between nodes, ``2 nbytes / busbw``), "hierarchical"
   (reduce-scatter inside the node, all-reduce of each GPU's 1/g shard between nodes, then
@@ -223,7 +225,9 @@ H100_SOURCES: dict[str, str] = {
     "of NCCL maintainers' 12.2 GB/s on one 100 Gb/s NIC in nccl-tests issue #29, where "
     "busbw between nodes is the node's NICs together (nccltestsissue29)",
     "alpha": "3.4 us per NVLink hop, 9.6 us per network hop, 8.4 us per collective: the ring "
-    "Simple-protocol latencies of NCCL's tuning model, src/graph/tuning.cc (nccltuning)",
+    "Simple-protocol latencies of NCCL's tuning model, src/graph/tuning.cc (nccltuning); "
+    "right for buckets of megabytes, pessimistic for small messages, which NCCL sends with its "
+    "low-latency protocols (LL, LL128) at a fraction of these per-hop costs",
     "nics": "a DGX H100 has eight 400 Gb/s ConnectX-7 NICs for its compute fabric, one per "
     "GPU (dgxbasepod)",
 }
