@@ -2,7 +2,8 @@
 
 Contract: after `make book`, every page of the table of contents loads without a JavaScript
 error, every internal link (and its #anchor) points at something that exists, every image
-rendered, and a full-page screenshot of each page lands in `_build/screenshots/`.
+rendered, no Markdown table reached the page as raw text (`_book_html.py`), and a full-page
+screenshot of each page lands in `_build/screenshots/`.
 
 Design decisions:
 - The HTML is served over http://127.0.0.1 (not file://), as a reader's browser would see it.
@@ -27,6 +28,7 @@ from urllib.parse import unquote, urldefrag, urljoin, urlparse
 
 import pytest
 import yaml
+from _book_html import raw_markdown_tables
 
 pytestmark = pytest.mark.browser
 
@@ -131,7 +133,8 @@ def page_problems(browser, base_url: str, html_root: Path, page_path: str) -> li
     """Load one page and return what is wrong with it (empty when it renders cleanly).
 
     Checks JavaScript errors, console errors of our origin, failed requests to our server,
-    images that did not decode, and internal links (files and #anchors); saves a screenshot.
+    images that did not decode, internal links (files and #anchors) and Markdown tables left
+    as raw text; saves a screenshot.
     """
     page = browser.new_page()
     origin = urlparse(base_url).netloc
@@ -171,6 +174,10 @@ def page_problems(browser, base_url: str, html_root: Path, page_path: str) -> li
             page.wait_for_selector("mjx-container", timeout=15_000)
         except Exception:  # noqa: BLE001 (playwright's TimeoutError)
             problems.append("no formula was typeset by MathJax")
+
+    # Every table rendered: a pipe table shown as text (myst-nb renders a Markdown output as
+    # CommonMark, which has no tables) is a broken output.
+    problems += [f"raw Markdown table on the page: {row}" for row in raw_markdown_tables(html)]
 
     # Every image of our own origin decoded to a real picture (a figure that rendered).
     broken = page.eval_on_selector_all(
@@ -213,6 +220,7 @@ def test_checker_catches_a_broken_page(tmp_path: Path, browser) -> None:
         "<html><body><h1 id='top'>bad</h1>"
         "<script>throw new Error('boom')</script>"
         "<img src='missing.png'><a href='nowhere.html'>x</a><a href='bad.html#nope'>y</a>"
+        "<p>| op | ms |\n|---|---:|\n| addmm | 1.0 |</p>"
         "</body></html>"
     )
     with serve(tmp_path) as base:
@@ -221,6 +229,7 @@ def test_checker_catches_a_broken_page(tmp_path: Path, browser) -> None:
     assert "image did not render" in problems
     assert "nowhere.html (no such file)" in problems
     assert "no #nope on that page" in problems
+    assert "raw Markdown table on the page: |---|---:|" in problems
 
 
 @pytest.mark.parametrize("page_path", ["book/01_fused_attention", "book/labs/01_fused_attention"])

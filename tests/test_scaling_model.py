@@ -84,11 +84,11 @@ def test_fit_alpha_beta_rejects_unusable_timings():
 
 
 def test_worked_example_reproduces_course_numbers():
-    _, pred = worked_example()
+    _, pred = worked_example()  # on the two-level cluster (test_scaling_topology.py: why)
     assert pred["8"].comm_share == pytest.approx(0.10, abs=0.02)
     assert pred["64"].comm_share == pytest.approx(0.60, abs=0.05)
-    assert pred["64"].speedup == pytest.approx(2.0, abs=0.15)
-    assert pred["64"].efficiency == pytest.approx(0.25, abs=0.02)
+    assert pred["64"].speedup == pytest.approx(2.0, abs=0.25)
+    assert pred["64"].efficiency == pytest.approx(0.25, abs=0.035)
 
 
 def test_step_model_weak_scaling_overlap_and_buckets():

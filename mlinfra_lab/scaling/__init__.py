@@ -7,15 +7,21 @@ The syllabus, in the order the chapter uses it:
   data wait, forward, backward, exposed communication and optimizer time (`RunResult`).
 - `allreduce_bench`, `run_allreduce_bench`, `fit_alpha_beta`: nccl-tests' all_reduce_perf
   and the latency/bandwidth fit of its timings.
-- `ring_allreduce_time`, `tree_allreduce_time`, `StepModel`, `worked_example`: the cost
-  model that extrapolates a small run to 8 and 64 GPUs.
+- `Cluster`, `Level`, `h100_cluster`: the all-reduce on a two-level cluster (NVLink inside a
+  node, NICs between nodes), ring, tree or hierarchical, from published parameters.
+- `ring_allreduce_time`, `tree_allreduce_time`, `StepModel`, `worked_example`,
+  `flat_ring_example`: the cost model that extrapolates a small run to 8 and 64 GPUs.
+- `ComputeRate`, `critical_batch`: the communication roofline, the per-GPU batch at which
+  compute covers the all-reduce.
 - `loader_bench`, `shared_source_bench`: the data loader alone.
 - `diagnose` -> `Diagnosis`, `scaling_efficiency`; `parse_nccl_log`: the verdict, its
   evidence, the transport.
 - `synthesize_run`, `mystery_set`: runs computed from the emulation's arithmetic for stated
   faults (the lab's fresh mysteries, one fault or two at once).
-- `summarise_trace`, `op_table`, `format_op_table`: a `torch.profiler` trace of the profiled
+- `summarise_trace`, `op_table`, `format_op_table`, `op_table_html`: a `torch.profiler` trace of the profiled
   steps (`RunConfig(trace=True)`), read back as compute vs communication and top operators.
+- `step_timeline` -> `StepTimeline`: one step's phases and each bucket's all-reduce, hidden
+  under backward or exposed after it, from the run's own record.
 - `read_counters`, `sample_counters`, `describe_counters`: GPU counters from NVML
   (utilisation, memory, power), with a fallback that says why there is none.
 - `compression_bench`, `counting_hook`: gradient compression through DDP comm hooks (fp16,
@@ -55,6 +61,7 @@ from mlinfra_lab.scaling.launch import (
 from mlinfra_lab.scaling.model import (
     StepModel,
     StepPrediction,
+    flat_ring_example,
     ring_allreduce_time,
     tree_allreduce_time,
     worked_example,
@@ -68,10 +75,49 @@ from mlinfra_lab.scaling.nvml import (
     sample_counters,
 )
 from mlinfra_lab.scaling.results import PHASES, ResultFileError, RunResult, load_run, save_run
+from mlinfra_lab.scaling.roofline import ComputeRate, RooflineError, critical_batch
 from mlinfra_lab.scaling.synthetic import Mystery, hide_faults, mystery_set, synthesize_run
-from mlinfra_lab.scaling.trace import OpRow, format_op_table, op_table, summarise_trace
+from mlinfra_lab.scaling.timeline import (
+    BucketSpan,
+    Span,
+    StepTimeline,
+    TimelineError,
+    step_timeline,
+)
+from mlinfra_lab.scaling.topology import (
+    ALGORITHMS,
+    H100_SOURCES,
+    AllReduceCost,
+    Cluster,
+    Level,
+    TopologyError,
+    h100_cluster,
+)
+from mlinfra_lab.scaling.trace import (
+    OpRow,
+    format_op_table,
+    op_table,
+    op_table_html,
+    summarise_trace,
+)
 
 __all__ = [
+    "ALGORITHMS",
+    "AllReduceCost",
+    "Cluster",
+    "ComputeRate",
+    "RooflineError",
+    "critical_batch",
+    "H100_SOURCES",
+    "Level",
+    "BucketSpan",
+    "Span",
+    "StepTimeline",
+    "TimelineError",
+    "step_timeline",
+    "TopologyError",
+    "flat_ring_example",
+    "h100_cluster",
     "CAUSES",
     "FAULT_KINDS",
     "HOOKS",
@@ -109,6 +155,7 @@ __all__ = [
     "mystery_set",
     "loader_bench",
     "op_table",
+    "op_table_html",
     "parse_fault",
     "parse_nccl_log",
     "profile",

@@ -6,7 +6,8 @@ GPU kernels when the trace has them, else from top-level CPU operators. `op_tabl
 returns the trace's operators as `OpRow`s (calls, total and self milliseconds, share of the
 profiled steps, compute or communication), sorted by self time as
 ``key_averages().table(sort_by="self_cpu_time_total")`` sorts them; `format_op_table` makes
-it a Markdown table. Both read any such trace, from this harness or from your own job.
+it a Markdown table (for a terminal or a Markdown file), `op_table_html` an HTML table (for a
+notebook or a book page). Both read any such trace, from this harness or from your own job.
 
 Design decisions:
 - On a GPU the kernels are the truth: NCCL kernels (``ncclDevKernel_*``, ``ncclKernel_*``)
@@ -23,16 +24,19 @@ Design decisions:
   threads overlap (gloo runs its collectives on its own threads, during the backward of
   the main thread), so shares are of the steps' wall time and do not add up to one; the
   timeline (Perfetto) shows the overlap that a table cannot.
+- A notebook shows the HTML table, not the Markdown one: myst-nb renders a cell's Markdown
+  output as CommonMark, which has no tables, so a pipe table reaches the book page as text.
 """
 
 from __future__ import annotations
 
+import html
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OpRow", "format_op_table", "op_table", "summarise_trace"]
+__all__ = ["OpRow", "format_op_table", "op_table", "op_table_html", "summarise_trace"]
 
 _STEP = "ProfilerStep#"  # the step markers `profiler.step()` writes
 _COMM = (
@@ -194,3 +198,18 @@ def format_op_table(rows: list[OpRow], width: int = 60) -> str:
             f"| {r.step_share:.0%} |"
         )
     return "\n".join(lines)
+
+
+def op_table_html(rows: list[OpRow], width: int = 60) -> str:
+    """An HTML table of `op_table` rows, for a notebook or a book page (names escaped)."""
+    head = ("operator", "kind", "calls", "total ms", "self ms", "of the step")
+    cells = ["<tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+    for r in rows:
+        name = r.name if len(r.name) <= width else r.name[: width - 3] + "..."
+        values = (f"{r.calls}", f"{r.total_ms:.2f}", f"{r.self_ms:.2f}", f"{r.step_share:.0%}")
+        cells.append(
+            f"<tr><td><code>{html.escape(name)}</code></td><td>{r.kind}</td>"
+            + "".join(f'<td style="text-align: right">{v}</td>' for v in values)
+            + "</tr>"
+        )
+    return '<table class="table">\n' + "\n".join(cells) + "\n</table>"
