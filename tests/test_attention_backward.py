@@ -3,6 +3,10 @@ the traffic it saves, and the shared-memory layouts read from Triton's IR."""
 
 from __future__ import annotations
 
+import ast
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -20,6 +24,8 @@ from mlinfra_lab.attention.backward import SCHEDULES
 from mlinfra_lab.attention.studies import alloc_layouts, shared_layouts
 
 pytestmark = pytest.mark.attention
+
+ATTENTION = Path(__file__).resolve().parent.parent / "mlinfra_lab" / "attention"
 
 # (batch, heads, n_q, n_k, head_dim, causal, block_m, block_n): lengths that are not multiples
 # of the tile, n_q != n_k, head dims of 80 and 24, a single token, tiles wider than the input.
@@ -172,3 +178,21 @@ def test_shared_layouts_are_read_from_the_ir():
         {"shape": [128, 128], "dtype": "bf16", "layout": "#shared"},
         {"shape": [3, 64, 128], "dtype": "bf16", "layout": "#shared"},
     ]
+
+
+MEASURED_IN_DOCSTRING = re.compile(
+    r"\b\d+(?:\.\d+)?x\b"  # a measured ratio: 1.37x
+    r"|\d+(?:\.\d+)?%"  # a measured share: 84%
+    r"|20\d\d-\d\d-\d\d"  # a dated result file or session
+)
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted(p.relative_to(ATTENTION.parent.parent).as_posix() for p in ATTENTION.rglob("*.py")),
+)
+def test_attention_docstrings_hold_contracts_not_measurements(module):
+    """Measurements and history belong in result files, benchmarks/NOTES.md and the book."""
+    doc = ast.get_docstring(ast.parse((ATTENTION.parent.parent / module).read_text())) or ""
+    found = [m.group(0) for m in MEASURED_IN_DOCSTRING.finditer(doc)]
+    assert not found, f"{module}'s docstring quotes measurements or dated files: {found}"

@@ -24,7 +24,7 @@ Design decisions:
   for it (``wait(0)``) and rescales O. ``OVERLAP=False`` is the plain schedule (each
   matmul waited for at once), the control that isolates what the overlap buys. That is the
   PTX; the SASS can differ: at the D=128 table tile ptxas waits for P V before the softmax
-  (`machine_code.softmax_in_flight` reads 0%), so there the measured gain over the plain
+  (`machine_code.softmax_in_flight` reads it from the SASS), so there the gain over the plain
   schedule is the two matmuls issued back to back, not the softmax under P V.
 - A K buffer is refilled as soon as its QK^T is done, a V buffer as soon as its P V is;
   with two stages each load has a whole iteration to land.

@@ -7,7 +7,7 @@ repeats, TFLOP/s, peak extra memory, ratios to each anchor with their spread);
 `check_baseline(result, baseline)` lists the shapes where our kernel got more than
 ``tolerance`` slower than a committed result, or where the baseline timed another kernel
 (`row_kernel`: a baseline of version 1 cannot guard version 5); `check_anchor(result)` the shapes where it
-fell below 1.25x SDPA flash in any repeat.
+fell below ``minimum`` times SDPA flash in any repeat.
 
 Design decisions:
 - The sweep follows the FlashAttention-3 paper: ``batch x seq = tokens`` (16k) and

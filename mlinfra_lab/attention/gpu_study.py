@@ -6,7 +6,7 @@ times it side by side with SDPA's flash and cuDNN backends over the benchmark sw
 peak extra memory against sequence length at a fixed batch, and times the forward over a
 grid of ``(BLOCK_M, BLOCK_N)`` tiles (`tiles.time_forward_tile`, the function the chapter's
 live widget calls); everything goes into one JSON file (and a table on stdout). The
-committed study (``h200-attention-2026-12-02-v2.json``) also ran version 2 beside version 1,
+committed study (`committed_study`'s default file) also ran version 2 beside version 1,
 with the code of git commit 687b216 (version 2 was removed since: `flash`'s docstring);
 the readers below read it as it was written.
 

@@ -17,7 +17,7 @@ Design decisions:
   five of them. The vector loads and the TMA copy engine that feed it want addresses and row
   strides in multiples of 16 bytes (TMA requires it of every global stride). (2) Triton's
   ``tl.arange`` takes power-of-two lengths only, so our kernel computes a head dim of 80 as
-  ``BLOCK_D`` = 128 with masked loads: 37.5% of its matmul work multiplies zeros. That second
+  ``BLOCK_D`` = 128 with masked loads: three eighths of its matmul work multiplies zeros. That second
   cost is Triton's, not the hardware's: FlashAttention-2 runs D = 80 in its D = 96 kernel.
 - TFLOP/s count the useful work (the true head dim, `attention_flops`), so padding shows up
   as lost throughput, never as extra speed.
