@@ -5,6 +5,9 @@
 #   bash benchmarks/experiments/device_session.sh notebooks     # call 3
 # and of 2026-12-06's session:
 #   bash benchmarks/experiments/device_session.sh round4        # the early rescale, the backward's host path
+# and of 2026-12-07's:
+#   bash benchmarks/experiments/device_session.sh taught        # chapter 1's alignment, swizzle and
+#                                                               # taught-kernel (v1, split) sweep
 # The device has PyTorch and Triton but no Jupyter: call 3 carries py3.12 wheels in .whl/
 # (device README) and installs only those whose distribution is missing there (wheels()).
 # Every step runs under its own `timeout`, so one hang costs that step, not the call; every
@@ -92,6 +95,16 @@ sweep)
     step "${NCU_LIMIT:-130}" ncu python3 -m mlinfra_lab.attention.counters --kernels \
         --causal "${NCU_CAUSAL:-no}" --out "$OUT/ncu-kernels.json"
     ;;
+taught)
+    machine
+    S=mlinfra_lab.attention.studies
+    step "${ALIGN_LIMIT:-240}" alignment python3 -m $S.alignment --out "$OUT/alignment.json"
+    step "${SWIZZLE_LIMIT:-120}" swizzle python3 -m $S.swizzle --out "$OUT/swizzle.json"
+    # the kernel chapter 1 teaches (forward version 1, the Triton split backward) beside the anchors
+    MLINFRA_ATTENTION_BACKWARD=split step "${SWEEP_LIMIT:-200}" taught-sweep python3 -m mlinfra_lab.cli \
+        bench attention --quiet --providers ours_v1,sdpa_flash,sdpa_cudnn,flex --repeats 3 \
+        --head-dims 128,64 --out "$OUT/attention-taught.json"
+    ;;
 notebooks)
     wheels
     machine
@@ -119,7 +132,7 @@ notebooks)
     fi
     ;;
 *)
-    echo "usage: $0 experiments|round4|sweep|notebooks" >&2
+    echo "usage: $0 experiments|round4|sweep|taught|notebooks" >&2
     exit 2
     ;;
 esac
