@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlinfra_lab.attention import counters
 from mlinfra_lab.attention.banks import bank_conflict_degree, tile_addresses
+from mlinfra_lab.attention.studies import counters
 
 pytestmark = pytest.mark.attention
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mlinfra_lab.attention import study
 from mlinfra_lab.attention.flash import DEFAULT_VERSION
+from mlinfra_lab.attention.studies import study
 
 pytestmark = pytest.mark.attention
 

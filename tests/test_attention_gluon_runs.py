@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlinfra_lab.attention import case_study
+from mlinfra_lab.attention.studies import case_study
 
 pytestmark = pytest.mark.attention
 

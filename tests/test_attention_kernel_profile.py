@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlinfra_lab.attention import kernel_profile as kp
+from mlinfra_lab.attention.studies import kernel_profile as kp
 
 pytestmark = pytest.mark.attention
 

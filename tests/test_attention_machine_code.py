@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from mlinfra_lab import runtime
-from mlinfra_lab.attention import machine_code as mc
+from mlinfra_lab.attention.studies import machine_code as mc
 
 LOOP = [
     "HGMMA.64x64x16.F32.BF16 R56, gdesc[UR36], RZ, !UPT, gsb0 ;",

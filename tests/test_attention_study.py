@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib
 import pytest
 
-from mlinfra_lab.attention import gpu_study
+from mlinfra_lab.attention.studies import gpu_study
 
 matplotlib.use("Agg")
 pytestmark = pytest.mark.attention

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from mlinfra_lab.attention import pinning, tile_sweep, tile_table
+from mlinfra_lab.attention import pinning, tile_table
+from mlinfra_lab.attention.studies import tile_sweep
 
 pytestmark = pytest.mark.attention
 

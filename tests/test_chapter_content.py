@@ -335,7 +335,7 @@ def test_chapter1_teaches_the_default_kernel_and_keeps_the_study_in_its_appendix
     # the speed cells choose the default kernel's run by its metadata, never by a file name
     assert "study.newest_default_run()" in code
     assert not re.search(r"h200-(?:attention|fwd)-[\w-]*\.json", code), (
-        "chapter 1's code names a result file; select runs with mlinfra_lab.attention.study"
+        "chapter 1's code names a result file; select runs with mlinfra_lab.attention.studies.study"
     )
     for name in ("version=2", "version=3", "version=4", 'backward="atomic"', "case_study"):
         assert name not in code, f"chapter 1 runs {name}: that study belongs in its appendix"

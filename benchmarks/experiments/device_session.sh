@@ -92,7 +92,7 @@ sweep)
         --providers "${PROVIDERS:-ours,sdpa_flash,sdpa_cudnn,flex,sdpa_efficient,eager}" \
         --repeats 3 --check-baseline "benchmarks/baselines/${gpu:-h200}-attention.json" \
         --head-dims 128,64 --out "$OUT/attention.json" "$@"
-    step "${NCU_LIMIT:-130}" ncu python3 -m mlinfra_lab.attention.counters --kernels \
+    step "${NCU_LIMIT:-130}" ncu python3 -m mlinfra_lab.attention.studies.counters --kernels \
         --causal "${NCU_CAUSAL:-no}" --out "$OUT/ncu-kernels.json"
     ;;
 taught)

@@ -71,7 +71,7 @@ from triton.experimental.gluon import language as gl
 
 # the kernels moved into the package once this script had checked and timed them (2026-12-05)
 from mlinfra_lab.attention._gluon_bwd_kernels import attn_bwd_dkdv, attn_bwd_dq
-from mlinfra_lab.attention.machine_code import disassemble, schedule
+from mlinfra_lab.attention.studies.machine_code import disassemble, schedule
 
 LOG2E = 1.4426950408889634
 TOKENS, FEATURES = 16384, 2048
@@ -218,7 +218,7 @@ def compile_only() -> list[dict]:
                         "causal": causal,
                         "smem_bytes": compiled.metadata.shared,
                         "ptxas": ptxas_report(compiled.asm["ptx"]),
-                        # M matmul, W<n> wait, E exp2, S/L spill (mlinfra_lab.attention.machine_code)
+                        # M matmul, W<n> wait, E exp2, S/L spill (mlinfra_lab.attention.studies.machine_code)
                         "sass": schedule(disassemble(compiled)),
                     }
                     print(json.dumps(row), flush=True)

@@ -34,7 +34,7 @@ import torch
 from child_checks import check_in_children, run_header, write_json  # this folder's helpers
 
 from mlinfra_lab.attention._gluon_fwd import GluonConfig, compile_for_hopper, gluon_forward
-from mlinfra_lab.attention.machine_code import disassemble, multiplies_under_qk, softmax_in_flight
+from mlinfra_lab.attention.studies.machine_code import disassemble, multiplies_under_qk, softmax_in_flight
 
 G = GluonConfig
 # Round 4: the early rescale (`GluonConfig.early_rescale`, the ``-er`` forms): O is rescaled

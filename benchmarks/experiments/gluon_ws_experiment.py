@@ -20,7 +20,7 @@ the other's matmuls on their own. The ``ws-pingpong`` configurations force FA3's
 matmuls occupy the Tensor Cores the other runs its softmax. Each arrive on a barrier is one
 thread per warpgroup after a warpgroup-wide ``bar.sync`` (checked in the PTX), which the
 barrier counts (2 on "empty", 1 on each "turn") rely on.
-Its SASS (`mlinfra_lab.attention.machine_code`, Triton 3.6's ptxas): each consumer waits for
+Its SASS (`mlinfra_lab.attention.studies.machine_code`, Triton 3.6's ptxas): each consumer waits for
 P V before its softmax, as version 5's register form does at D=128, even with P staged in
 shared memory (tried, and left out: the slot-release arrive after the wait seems to pull the
 wait forward); the overlap this script can get is the one between the two warpgroups.

@@ -16,13 +16,12 @@ The syllabus, in reading order:
   that ran, its time, or why it could not run here;
 - `mlinfra_lab.attention.bench`: timing against PyTorch's SDPA backends (imported on use).
 
-The package exports what the chapters, the labs and their tests call, nothing more. The
-readers of committed results that only chapter 1's pages use are modules of their own, not
-exported: `study` (the default kernel's runs, the roofline), `case_study` (the appendix's
-kernel versions and techniques), `gpu_study` (the H200 memory and tile study) and
-`machine_code` (SASS read back on a CPU); the benchmark is `bench`, the Nsight Compute
-harness `counters` and the reader of its kernel profiles `kernel_profile`, the tile table
-`tile_table` (written by `tile_sweep`).
+The package exports what the chapters, the labs and their tests call, nothing more: the
+kernels, their launcher and their references, the code chapter 1 reads. The readers and
+writers of committed GPU results live in `mlinfra_lab.attention.studies` (the default kernel's
+runs and roofline, the case study, the GPU memory and tile study, the Nsight Compute harness
+and its kernel profiles, SASS read back on a CPU, the tile sweep, alignment and swizzles);
+the benchmark is `bench`, the tile table `tile_table`.
 
 Importing this package imports torch but not triton: the kernel module switches on the
 CPU interpreter (when there is no GPU) before its first triton import.

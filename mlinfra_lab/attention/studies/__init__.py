@@ -1,10 +1,14 @@
 """Studies of chapter 1's kernels on a GPU: readers and writers of committed result files.
 
-Each module runs as ``python -m mlinfra_lab.attention.studies.NAME --out FILE`` on a CUDA GPU
-and has a ``committed_*`` reader that the chapter's cells use on any machine:
-`alignment` (head dims and GEMM strides that are or are not multiples of 16 bytes) and
+Contract: each writer runs as ``python -m mlinfra_lab.attention.studies.NAME --out FILE`` on a
+CUDA GPU, and each reader (``committed_*``) works on any machine, for chapter 1 and its
+appendix: `alignment` (head dims and GEMM strides that are or are not multiples of 16 bytes),
 `swizzle` (the shared-memory layouts Triton compiles the taught kernel with, and their
-counters). Nothing here is imported by the kernels. The names below are imported on first
+counters), `study` (the default kernel's committed runs, baselines, the roofline),
+`case_study` (the appendix's kernel versions and techniques), `gpu_study` (the memory and
+tile study), `counters` (Nsight Compute against the traffic and bank models; kernel profiles),
+`kernel_profile` (the reader of those profiles), `machine_code` (SASS read back on a CPU) and
+`tile_sweep` (which writes the kernel's tile table). Nothing here is imported by the kernels. The names below are imported on first
 use, so ``python -m`` runs a module that its package has not imported yet.
 """
 

@@ -127,7 +127,7 @@ def _target(d: int) -> None:
 
 
 def _counters(d: int) -> list[dict[str, Any]]:
-    from mlinfra_lab.attention.counters import parse_ncu_csv
+    from mlinfra_lab.attention.studies.counters import parse_ncu_csv
 
     cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--csv"]
     cmd += ["--page", "raw", "--metrics", ",".join(SMEM_METRICS)]

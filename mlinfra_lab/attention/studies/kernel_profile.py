@@ -1,6 +1,6 @@
 """Where the default kernel's time goes next to cuDNN's: a reader of committed Nsight Compute
 profiles (``benchmarks/results/*-ncu-kernels-*.json``, written by
-``python -m mlinfra_lab.attention.counters --kernels``).
+``python -m mlinfra_lab.attention.studies.counters --kernels``).
 
 Contract: `committed_kernel_profile()` returns the newest committed profile (None when there
 is none); `gap_rows(profile)` condenses it to one row per (provider, pass): the kernels'

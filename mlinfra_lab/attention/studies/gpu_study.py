@@ -1,6 +1,6 @@
 """One GPU session's study of the kernel: correctness, speed, memory against N, tiles.
 
-Contract: ``python -m mlinfra_lab.attention.gpu_study --out DIR`` checks the version 1
+Contract: ``python -m mlinfra_lab.attention.studies.gpu_study --out DIR`` checks the version 1
 forward (Triton) and the default backward against a float64 reference on the GPU, then
 times it side by side with SDPA's flash and cuDNN backends over the benchmark sweep, records
 peak extra memory against sequence length at a fixed batch, and times the forward over a
@@ -251,7 +251,7 @@ def committed_study(name: str = "h200-attention-2026-12-02-v2.json") -> dict[str
 def version_rows(study: dict[str, Any], mode: str = "fwd") -> list[dict[str, Any]]:
     """Per shape: TFLOP/s of each version the study timed (the committed one: v1 and v2),
     SDPA flash and cuDNN, and ``vK / v1`` (same run): `case_study.version_table` of it."""
-    from mlinfra_lab.attention.case_study import version_table
+    from mlinfra_lab.attention.studies.case_study import version_table
 
     return version_table(study, mode)
 

@@ -183,7 +183,8 @@ def multiplies_under_qk(lines: list[str]) -> int | None:
 
 _CHILD = """
 import json, sys
-from mlinfra_lab.attention import _gluon_fwd as g, machine_code as mc
+from mlinfra_lab.attention import _gluon_fwd as g
+from mlinfra_lab.attention.studies import machine_code as mc
 for args in json.loads(sys.argv[1]):
     cfg = g.GluonConfig(**args["config"])
     kernel = g.compile_for_hopper(args["head_dim"], args["causal"], cfg)

@@ -1,6 +1,6 @@
 """Write the tile table: time every candidate tile of each kernel on each shape, repeatedly.
 
-Contract: ``python -m mlinfra_lab.attention.tile_sweep --out FILE [--repeats 3]`` times, on
+Contract: ``python -m mlinfra_lab.attention.studies.tile_sweep --out FILE [--repeats 3]`` times, on
 the GPU found, every tile of `configs()` for the forward, dK/dV and dQ kernels on every shape
 of the benchmark's sweep (head dims 64/128, causal and not, 1k-16k tokens, bf16), ``repeats``
 times each, and writes the table that `tile_table.lookup` reads: per shape and kernel the
@@ -150,7 +150,8 @@ def sweep(
 def main(argv: list[str] | None = None) -> int:
     """Command line: see the module doc (``--help``)."""
     p = argparse.ArgumentParser(
-        prog="python -m mlinfra_lab.attention.tile_sweep", description=__doc__.split("\n\n")[1]
+        prog="python -m mlinfra_lab.attention.studies.tile_sweep",
+        description=__doc__.split("\n\n")[1],
     )
     p.add_argument(
         "--out",

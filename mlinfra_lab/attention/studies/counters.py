@@ -1,6 +1,6 @@
 """The chapter's two memory models checked against the GPU's own counters (Nsight Compute).
 
-Contract: ``python -m mlinfra_lab.attention.counters --out FILE`` (a GPU with ``ncu`` and
+Contract: ``python -m mlinfra_lab.attention.studies.counters --out FILE`` (a GPU with ``ncu`` and
 CuPy) measures, and writes as JSON beside the models' predictions:
 - DRAM bytes read and written by one forward pass of unfused attention (`naive_attention`)
   and of our kernel at several sequence lengths, against `hbm_traffic`;
@@ -8,7 +8,7 @@ CuPy) measures, and writes as JSON beside the models' predictions:
   padded column and a swizzled column, against `bank_conflict_degree`.
 `parse_ncu_csv(text)` reads ``ncu --csv --page raw`` output (tested on the CPU).
 
-``python -m mlinfra_lab.attention.counters --kernels --out FILE`` profiles instead the
+``python -m mlinfra_lab.attention.studies.counters --kernels --out FILE`` profiles instead the
 kernels of one forward and one backward of our default kernel and of cuDNN's (SDPA pinned to
 CUDNN_ATTENTION) at the sweep's D=128, N=8k point (`PROFILE_SHAPE`, bf16, causal and not):
 per kernel its time, DRAM bytes, tensor-pipe and issue utilisation, occupancy, registers and
@@ -127,7 +127,7 @@ def _ncu(
     cmd += ["--csv", "--page", "raw", "--metrics", ",".join(metrics)]
     for section in sections:
         cmd += ["--section", section]
-    cmd += [sys.executable, "-m", "mlinfra_lab.attention.counters", *target]
+    cmd += [sys.executable, "-m", "mlinfra_lab.attention.studies.counters", *target]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if done.returncode:
         raise RuntimeError(f"ncu failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -476,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         _profile_target(argv[1], bool(int(argv[2])))
         return 0
     p = argparse.ArgumentParser(
-        prog="python -m mlinfra_lab.attention.counters", description=__doc__.split("\n\n")[1]
+        prog="python -m mlinfra_lab.attention.studies.counters",
+        description=__doc__.split("\n\n")[1],
     )
     p.add_argument(
         "--out",
