@@ -57,6 +57,7 @@ __all__ = [
     "format_table",
     "load_result",
     "plot_results",
+    "ratios",
     "run_benchmark",
 ]
 
@@ -159,7 +160,7 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Our TFLOP/s over each anchor's, per shape and mode (None where an anchor failed).
 
     ``vs_X`` compares the medians; ``vs_X_min``/``vs_X_max`` the k-th timing of ours with the
@@ -244,7 +245,7 @@ def run_benchmark(
             result["rows"].extend(measure(name, shape, cfg, device))
             if device == "cuda":
                 torch.cuda.empty_cache()
-        result["ratios"] = _ratios(result["rows"])
+        result["ratios"] = ratios(result["rows"])
         if partial_out is not None:
             partial_out.write_text(json.dumps(result, indent=1) + "\n")
     result["complete"] = True

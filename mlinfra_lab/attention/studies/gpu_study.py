@@ -371,7 +371,7 @@ def _study(args: argparse.Namespace) -> int:
         out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"[{_dt.datetime.now():%H:%M:%S}] {name} done", flush=True)
     result["matmul_tflops"] = bench._matmul_tflops(cfg, "cuda")
-    result["ratios"] = bench._ratios(
+    result["ratios"] = bench.ratios(
         [
             dict(r, provider="ours" if r["provider"] == "ours_v1" else r["provider"])
             for r in result["rows"]

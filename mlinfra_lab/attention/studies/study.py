@@ -5,7 +5,9 @@ forward rows ran `flash.DEFAULT_VERSION`, oldest first by the run's own ``date``
 `newest_default_run()` is the newest of them and raises `NoDefaultRunError` when there is
 none; `default_only(run)` keeps the default kernel and the anchors (no ``ours_vN`` A/B rows);
 `roofline(run)` places each forward shape of the default kernel under the run's measured
-matmul ceiling and the device's HBM bandwidth.
+matmul ceiling and the device's HBM bandwidth. `taught_run()` is the newest committed run of
+the kernels chapter 1 teaches (forward version 1, the Triton split backward), its rows
+relabelled ``ours`` so every reader and plot above takes it; `NoTaughtRunError` when none.
 
 Design decisions:
 - A run is selected by what it recorded, never by its file name: every ``ours`` row keeps
@@ -39,6 +41,7 @@ from mlinfra_lab.errors import MlinfraError
 __all__ = [
     "HBM_BYTES_PER_S",
     "NoDefaultRunError",
+    "NoTaughtRunError",
     "default_kernel_runs",
     "baseline_for",
     "committed_baselines",
@@ -49,6 +52,7 @@ __all__ = [
     "roofline",
     "row_version",
     "run_versions",
+    "taught_run",
 ]
 
 # Peak HBM bandwidth from the vendors' datasheets (bytes/s), by torch's device name: the H200
@@ -59,6 +63,13 @@ _VERSION = re.compile(r"^v(\d+)\b")
 
 class NoDefaultRunError(MlinfraError, LookupError):
     """No committed benchmark run timed the default kernel version."""
+
+
+class NoTaughtRunError(MlinfraError, LookupError):
+    """No committed benchmark run timed the taught kernels (version 1, split backward)."""
+
+
+TAUGHT_PROVIDER = "ours_v1"
 
 
 def row_version(row: dict[str, Any]) -> int | None:
@@ -205,3 +216,44 @@ def baseline_for(run: dict[str, Any]) -> dict[str, Any]:
             f"{DEFAULT_VERSION} on an {name}; copy a default-kernel run of that GPU there"
         )
     return max(found, key=lambda b: b["date"])
+
+
+def _split_backward(row: dict[str, Any]) -> bool:
+    """A backward row whose tiles name the Triton split kernels (``"dkdv: ...; dq: ..."``)."""
+    return row.get("mode") == "bwd" and str(row.get("tiles") or "").startswith("dkdv:")
+
+
+def taught_run(pattern: str = "*.json") -> dict[str, Any]:
+    """The newest committed run that timed `TAUGHT_PROVIDER` with the split backward, as a
+    copy whose ``ours_v1`` rows read ``ours`` (ratios recomputed), with ``file`` added. A run
+    cut off before its last shapes (``complete: false``) is taken: its rows are measurements;
+    the reader says which shapes it lacks."""
+    from mlinfra_lab.attention.bench import ratios
+
+    found = []
+    for path in results.committed(pattern):
+        try:
+            run = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(run, dict) or run.get("benchmark") != "attention":
+            continue
+        rows = [r for r in run.get("rows", []) if r["provider"] == TAUGHT_PROVIDER]
+        if rows and all(_split_backward(r) for r in rows if r["mode"] == "bwd" and r["tflops"]):
+            found.append({**run, "file": Path(path).name})
+    if not found:
+        raise NoTaughtRunError(
+            "no committed benchmark run timed the taught kernels; on a Hopper GPU run "
+            "`MLINFRA_ATTENTION_BACKWARD=split mlinfra-lab bench attention --providers "
+            "ours_v1,sdpa_flash,sdpa_cudnn,flex` and commit its file under benchmarks/results/"
+        )
+    run = copy.deepcopy(max(found, key=lambda r: r["date"]))
+    keep = [p for p in run["config"]["providers"] if not p.startswith("ours")]
+    run["config"]["providers"] = ["ours", *keep]
+    run["rows"] = [
+        {**r, "provider": "ours"} if r["provider"] == TAUGHT_PROVIDER else r
+        for r in run["rows"]
+        if r["provider"] == TAUGHT_PROVIDER or not r["provider"].startswith("ours")
+    ]
+    run["ratios"] = ratios(run["rows"])
+    return run

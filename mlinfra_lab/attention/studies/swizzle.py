@@ -42,6 +42,7 @@ __all__ = [
     "SMEM_METRICS",
     "alloc_layouts",
     "committed_swizzle",
+    "counter_row",
     "run",
     "shared_layouts",
 ]
@@ -126,6 +127,12 @@ def _target(d: int) -> None:
         torch.cuda.cudart().cudaProfilerStop()
 
 
+def counter_row(row: dict[str, Any]) -> dict[str, Any]:
+    """One ncu row reduced to the kernel's name and `SMEM_METRICS` (ncu's raw page also
+    lists every device attribute, which says nothing about the kernel)."""
+    return {k: v for k, v in row.items() if k == "kernel" or k in SMEM_METRICS}
+
+
 def _counters(d: int) -> list[dict[str, Any]]:
     from mlinfra_lab.attention.studies.counters import parse_ncu_csv
 
@@ -168,7 +175,7 @@ def run() -> dict[str, Any]:
     for d in HEAD_DIMS:
         try:
             for row in _counters(d):
-                counters.append({"head_dim": d, **row})
+                counters.append({"head_dim": d, **counter_row(row)})
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             counters.append({"head_dim": d, "error": str(err)[-500:]})
     info = runtime.describe().as_dict()
