@@ -106,3 +106,29 @@ def test_search_phases_run_the_stores_search(store):
             "params.model",
             "tags.team",
         }
+
+
+def test_committed_search_tails_reads_each_result_with_our_search(tmp_path):
+    import json
+
+    from mlinfra_lab.tracking.search_cost import committed_search_tails
+
+    def result(date: str, p99s: list[float]) -> dict:
+        queries = [{"name": f"q{i}", "p50_ms": p / 2, "p99_ms": p} for i, p in enumerate(p99s)]
+        search = {"db_runs": 10, "p50_ms": 1.0, "p99_ms": max(p99s), "queries": queries}
+        return {
+            "date": date,
+            "machine": {"loadavg_before": [3.5, 1, 1], "cpu_count": 2},
+            "config": {"search_repeats": 30},
+            "systems": {"mlinfra": {"search": search}},
+        }
+
+    (tmp_path / "cpu-tracking-b.json").write_text(json.dumps(result("2026-01-02", [5.0, 60.0])))
+    (tmp_path / "cpu-tracking-a.json").write_text(json.dumps(result("2026-01-03", [7.0, 2.0])))
+    (tmp_path / "cpu-tracking-none.json").write_text(json.dumps({"systems": {}}))
+    rows = committed_search_tails(tmp_path)
+    assert [(r["file"], r["worst"], r["worst_p99_ms"]) for r in rows] == [
+        ("cpu-tracking-b.json", "q1", 60.0),
+        ("cpu-tracking-a.json", "q0", 7.0),
+    ]
+    assert rows[0]["load"] == 3.5 and rows[0]["repeats"] == 30

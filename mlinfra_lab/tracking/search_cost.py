@@ -4,7 +4,9 @@ Contract: `build_search_db(store, project, runs)` grows `project` to `runs` synt
 (the benchmark's generator and bulk insert, untimed); `search_phases(store, project,
 queries, repeats)` runs each search the way `TrackingStore.search_runs` does, one phase at
 a time, and returns per query the median time of each phase, the median and the largest
-total, the plan chosen for each condition ("in" or "exists") and the database's plan.
+total, the plan chosen for each condition ("in" or "exists") and the database's plan;
+`committed_search_tails()` lists, for every committed ``*tracking*.json`` result, the
+search p99, the slowest query and the machine's load when the run started.
 
 Design decisions:
 - The phases are the store's own functions called in order (`reading.search_statement`,
@@ -19,8 +21,11 @@ Design decisions:
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlinfra_lab.tracking import access, query, reading
@@ -31,7 +36,7 @@ if TYPE_CHECKING:
 
     from mlinfra_lab.tracking.store import TrackingStore
 
-__all__ = ["BENCH_QUERIES", "build_search_db", "search_phases"]
+__all__ = ["BENCH_QUERIES", "build_search_db", "committed_search_tails", "search_phases"]
 
 # (name, filter) of the benchmark's five searches, in this store's language
 BENCH_QUERIES: tuple[tuple[str, str], ...] = tuple((name, ours) for name, ours, _ in QUERIES)
@@ -101,3 +106,34 @@ def search_phases(
             }
         )
     return out
+
+
+def committed_search_tails(results_dir: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """Per committed tracking result (oldest first): date, load, cores, this store's search
+    p50/p99 (pooled over the five queries) and its slowest query by p99."""
+    from mlinfra_lab.results import results_dir as committed_results_dir
+
+    folder = Path(results_dir) if results_dir else committed_results_dir()
+    out = []
+    for path in sorted(folder.glob("*tracking*.json")):
+        res = json.loads(path.read_text())
+        search = res.get("systems", {}).get("mlinfra", {}).get("search")
+        if not search:
+            continue
+        worst = max(search["queries"], key=lambda q: q["p99_ms"])
+        out.append(
+            {
+                "file": path.name,
+                "date": res["date"],
+                "load": res["machine"]["loadavg_before"][0],
+                "cores": res["machine"]["cpu_count"],
+                "db_runs": search["db_runs"],
+                "repeats": res["config"]["search_repeats"],
+                "p50_ms": search["p50_ms"],
+                "p99_ms": search["p99_ms"],
+                "worst": worst["name"],
+                "worst_p50_ms": worst["p50_ms"],
+                "worst_p99_ms": worst["p99_ms"],
+            }
+        )
+    return sorted(out, key=lambda r: r["date"])
