@@ -1,4 +1,4 @@
-"""Chapter 4's figures, drawn from the numbers `experiments` and `bench` return.
+"""Chapter 4's figures, drawn from the numbers `experiments`, `tiers` and `bench` return.
 
 Contract: each ``plot_*`` function takes a measurement's result (and an optional matplotlib
 ``Axes``, or none where the figure has several panels), draws it, and returns the Figure; it
@@ -162,6 +162,34 @@ def plot_cache_hit_rates(
     ax.set_ylim(0, 1)
     ax.legend()
     ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_cold_and_cached(reads: list[dict[str, Any]], ax: Any = None) -> Any:
+    """`tiers.cold_and_cached_reads`: read latency against blob size, a cold read (a cache miss,
+    fetched from storage) beside a cache hit, each point labelled with the bytes it moved."""
+    fig, ax = _axes(ax, (6, 3))
+    sizes = [r["size"] for r in reads]
+    for kind, style, label in (
+        ("cold", "o-", "cold read (from storage)"),
+        ("hit", "s-", "cache hit"),
+    ):
+        ax.plot(sizes, [r[f"{kind}_ms"] for r in reads], style, label=label)
+        for r in reads:
+            ax.annotate(
+                f"{r[f'{kind}_bytes'] / 2**20:.2g} MiB moved",
+                (r["size"], r[f"{kind}_ms"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("blob size (bytes)")
+    ax.set_ylabel("read latency, median (ms)")
+    ax.set_title("cold read from S3 (loopback) vs cache hit, measured")
+    ax.legend()
     fig.tight_layout()
     return fig
 
