@@ -107,8 +107,32 @@ def test_the_benchmark_figure_draws_mlflow_async_logging_with_its_scale():
     heights = [p.get_height() for p in fig.axes[0].patches]
     assert labels == [
         "this store",
+        "MLflow,\nbatches of 1000\n(like for like)",
         "MLflow,\nper step\n(2% scale)",
         "MLflow async,\nper step\n(20% scale)",
-        "MLflow,\nbatches of 1000",
     ]
-    assert heights == [1e5, 1e3, 8e2, 1e4]
+    assert heights == [1e5, 1e4, 1e3, 8e2]
+
+
+def test_the_benchmark_figure_marks_each_p99_against_the_target():
+    from mlinfra_lab.tracking.workload import SEARCH_P99_TARGET_MS
+
+    queries = [
+        {"name": "a", "p50_ms": 1.0, "p99_ms": 70.0},
+        {"name": "b", "p50_ms": 2.0, "p99_ms": 9.0},
+    ]
+    ours = {"log": {"points_per_s": 1e5}, "search": {"db_runs": 10, "queries": queries}}
+    ax = experiments.plot_bench({"systems": {"mlinfra": ours}}).axes[1]
+    assert [list(p) for p in ax.collections[0].get_offsets()] == [[-0.2, 70.0], [0.8, 9.0]]
+    assert [line.get_ydata()[0] for line in ax.get_lines()] == [SEARCH_P99_TARGET_MS]
+
+
+def test_the_cold_read_figure_draws_both_reads_with_the_bytes_they_moved():
+    reads = [
+        {"size": 1 << 16, "cold_ms": 9.0, "hit_ms": 1.0, "cold_bytes": 1 << 16, "hit_bytes": 0},
+        {"size": 1 << 20, "cold_ms": 20.0, "hit_ms": 3.0, "cold_bytes": 1 << 20, "hit_bytes": 0},
+    ]
+    ax = experiments.plot_cold_and_cached(reads).axes[0]
+    assert [list(line.get_ydata()) for line in ax.get_lines()] == [[9.0, 20.0], [1.0, 3.0]]
+    notes = [t.get_text() for t in ax.texts]
+    assert notes == ["0.062 MiB moved", "1 MiB moved", "0 MiB moved", "0 MiB moved"]

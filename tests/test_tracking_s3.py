@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import socket
-import subprocess
-import sys
 import time
 import uuid
 
@@ -21,7 +18,9 @@ import pytest
 from _artifact_streaming import open_and_hash
 
 from mlinfra_lab.tracking import IntegrityError, RetentionPolicy, RetentionRule
+from mlinfra_lab.tracking.loopback_s3 import loopback_s3
 from mlinfra_lab.tracking.testing import available_backends, fresh_store
+from mlinfra_lab.tracking.tiers import cold_and_cached_reads
 
 s3fs = pytest.importorskip(
     "s3fs", reason="pip install s3fs 'moto[server]' (requirements.txt) for the S3 suite"
@@ -38,51 +37,11 @@ BACKENDS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3_endpoint():
     """moto's S3 server on a free loopback port, with fsspec's s3 configuration pointing at it."""
-    import fsspec.config
-
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto's S3 server did not start") from None
-                time.sleep(0.1)
-        saved = fsspec.config.conf.get("s3")
-        fsspec.config.conf["s3"] = {
-            "key": "testing",
-            "secret": "testing",
-            "use_listings_cache": False,
-            "client_kwargs": {
-                "endpoint_url": f"http://127.0.0.1:{port}",
-                "region_name": "eu-west-1",
-            },
-        }
-        s3fs.S3FileSystem.clear_instance_cache()
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        if "saved" in locals():
-            fsspec.config.conf.pop("s3") if saved is None else fsspec.config.conf.update(s3=saved)
-        s3fs.S3FileSystem.clear_instance_cache()
-        server.terminate()
-        server.wait(timeout=30)
+    with loopback_s3() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(params=BACKENDS)
@@ -151,3 +110,16 @@ def test_open_artifact_streams_an_object_of_megabytes(store):
     digest, peak = open_and_hash(store, art.id)
     assert digest == art.sha256
     assert peak < 6 << 20, f"open_artifact held {peak / 2**20:.1f} MiB of a 12 MiB object in memory"
+
+
+def test_a_cold_read_fetches_the_object_and_a_cache_hit_fetches_nothing(tmp_path, s3_endpoint):
+    bucket = f"cache-{uuid.uuid4().hex[:8]}"
+    s3fs.S3FileSystem().mkdir(bucket)
+    root = f"s3://{bucket}/tracking"
+    with fresh_store(
+        "sqlite", tmp_path, artifact_root=root, cache_dir=tmp_path / "cache", cache_bytes=1 << 20
+    ) as s:
+        rows = cold_and_cached_reads(s, sizes=(1000, 200_000), repeats=2, seed=5)
+    for r in rows:
+        assert r["cold_bytes"] == r["size"] and r["cold_calls"] >= 1, r
+        assert r["hit_bytes"] == 0 and r["hit_calls"] == 0, r

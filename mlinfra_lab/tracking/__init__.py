@@ -17,11 +17,15 @@ cache and tiered retention keep storage fast and bounded. Read the modules in th
 - ``audit``      the audit log: every decision, denials with their real scope
 - ``lineage``    walking the graph forward and backward
 - ``cache``      the LRU disk cache of hot artifacts, verified by hash
+- ``spy``        counting what the store asks of storage: calls and bytes through fsspec
+- ``tiers``      the two tiers measured: bytes per reference row, a cold read against a hit
+- ``loopback_s3``  moto's S3 server on loopback, for the S3 tests and the chapter
 - ``retention``  declarative policy -> explicit plan
 - ``maintenance``  carrying out a plan; garbage collection of unreferenced blobs
 - ``records``    the frozen records the store returns (RunInfo, ArtifactInfo, ...)
 - ``store``      `TrackingStore`, the facade every read and write goes through
 - ``experiments``  the chapter's measurements; ``testing``: throw-away stores for tests
+- ``search_cost``  where a search's time goes: planning counts, the SELECT, the page
 - ``bench``      side-by-side benchmark against MLflow (``mlinfra-lab bench tracking``)
 - ``server``     the trust boundary: an HTTP server that acts as the user of a bearer token
                  (``mlinfra-lab track serve``), and `TrackingClient`, the store's API over it
@@ -48,6 +52,8 @@ _EXPORTS = {
     "RequestTooLarge": "errors",
     "ServerUnavailable": "errors",
     "LineageGraph": "lineage",
+    "S3Unavailable": "loopback_s3",
+    "loopback_s3": "loopback_s3",
     "compile_filter": "query",
     "ArtifactInfo": "records",
     "DatasetRef": "records",
@@ -59,6 +65,11 @@ _EXPORTS = {
     "RetentionRule": "retention",
     "plan_retention": "retention",
     "Run": "run",
+    "search_phases": "search_cost",
+    "StorageSpy": "spy",
+    "spy_storage": "spy",
+    "cold_and_cached_reads": "tiers",
+    "reference_row_bytes": "tiers",
     "TrackingStore": "store",
     "TrackingClient": "server.client",
     "connect": "server.client",
@@ -87,13 +98,20 @@ __all__ = [
     "Run",
     "RunInfo",
     "RequestTooLarge",
+    "S3Unavailable",
     "ServerUnavailable",
+    "StorageSpy",
     "TrackingError",
     "TrackingClient",
     "TrackingStore",
+    "cold_and_cached_reads",
     "compile_filter",
     "connect",
+    "loopback_s3",
     "plan_retention",
+    "reference_row_bytes",
+    "search_phases",
+    "spy_storage",
 ]
 
 
@@ -126,6 +144,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the eager imports
         TrackingError,
     )
     from mlinfra_lab.tracking.lineage import LineageGraph
+    from mlinfra_lab.tracking.loopback_s3 import S3Unavailable, loopback_s3
     from mlinfra_lab.tracking.query import compile_filter
     from mlinfra_lab.tracking.records import ArtifactInfo, DatasetRef, GcReport, RunInfo
     from mlinfra_lab.tracking.retention import (
@@ -136,5 +155,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the eager imports
         plan_retention,
     )
     from mlinfra_lab.tracking.run import Run
+    from mlinfra_lab.tracking.search_cost import search_phases
     from mlinfra_lab.tracking.server.client import TrackingClient, connect
+    from mlinfra_lab.tracking.spy import StorageSpy, spy_storage
     from mlinfra_lab.tracking.store import TrackingStore
+    from mlinfra_lab.tracking.tiers import cold_and_cached_reads, reference_row_bytes

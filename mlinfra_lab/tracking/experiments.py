@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from mlinfra_lab.tracking.figures import (
     plot_bench,
     plot_cache_hit_rates,
+    plot_cold_and_cached,
     plot_inline_vs_reference,
     plot_json_appends,
     plot_lineage,
@@ -49,6 +50,7 @@ __all__ = [
     "inline_vs_reference",
     "plot_bench",
     "plot_cache_hit_rates",
+    "plot_cold_and_cached",
     "plot_inline_vs_reference",
     "plot_json_appends",
     "plot_lineage",
