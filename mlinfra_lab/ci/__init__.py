@@ -7,8 +7,9 @@ The four CI tiers and the module that serves each:
   pytest plugin ``pytest_plugin`` (``@pytest.mark.quarantine``, ``--update-references``)
 - environment reproducibility: ``lockfile`` (``check_lockfile``, ``write_lockfile``)
 - small integration training runs: ``train`` (``train_tiny``), ``references``
-  (``assert_close_to_reference``, ``assert_decreasing``), ``checkpoint``
-  (``checkpoint_roundtrip``)
+  (``assert_close_to_reference``, ``assert_decreasing``), ``spread`` (``measure_spread``,
+  ``derive_band``: the band from the legitimate spread), ``checkpoint``
+  (``checkpoint_roundtrip``), and the distributed tier ``ddp`` (``ddp_check``)
 - artifact validation: ``artifacts`` (``validate_artifacts``)
 
 and, when a check turns out flaky, ``flaky`` (``detect_flaky``, ``find_unseeded_source``);
@@ -56,8 +57,20 @@ from mlinfra_lab.ci.seeding import (
     reseed,
     seed_everything,
 )
+from mlinfra_lab.ci.spread import (
+    BASELINE,
+    LEGITIMATE_VARIANTS,
+    Band,
+    SpreadReport,
+    Variant,
+    VariantError,
+    derive_band,
+    measure_spread,
+    run_variant,
+)
 from mlinfra_lab.ci.train import (
     PIN_SEED,
+    REGRESSIONS,
     TRAIN_SOURCES,
     Augment,
     TrainConfig,
@@ -79,6 +92,7 @@ __all__ = [
     "measure_determinism_cost",
     # the tiny training run
     "PIN_SEED",
+    "REGRESSIONS",
     "TRAIN_SOURCES",
     "Augment",
     "TrainConfig",
@@ -94,6 +108,16 @@ __all__ = [
     "ReferenceMismatch",
     "assert_close_to_reference",
     "assert_decreasing",
+    # the legitimate spread and the band derived from it
+    "BASELINE",
+    "Band",
+    "LEGITIMATE_VARIANTS",
+    "SpreadReport",
+    "Variant",
+    "VariantError",
+    "derive_band",
+    "measure_spread",
+    "run_variant",
     # checkpoints and artifacts
     "ArtifactError",
     "ArtifactReport",
