@@ -25,6 +25,7 @@ from mlinfra_lab.ci.artifacts import (
     validate_artifacts,
 )
 from mlinfra_lab.ci.checkpoint import CheckpointMismatch, CheckpointReport, checkpoint_roundtrip
+from mlinfra_lab.ci.ddp import DdpCheckError, DdpReport, ddp_check, gloo_unavailable
 from mlinfra_lab.ci.determinism_cost import measure_determinism_cost
 from mlinfra_lab.ci.flaky import (
     BisectReport,
@@ -118,6 +119,11 @@ __all__ = [
     "derive_band",
     "measure_spread",
     "run_variant",
+    # the distributed tier
+    "DdpCheckError",
+    "DdpReport",
+    "ddp_check",
+    "gloo_unavailable",
     # checkpoints and artifacts
     "ArtifactError",
     "ArtifactReport",
