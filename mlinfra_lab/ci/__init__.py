@@ -14,7 +14,8 @@ The four CI tiers and the module that serves each:
 
 and, when a check turns out flaky, ``flaky`` (``detect_flaky``, ``find_unseeded_source``);
 what ``deterministic()`` costs, under two timing protocols: ``determinism_cost``
-(``measure_determinism_cost``).
+(``measure_determinism_cost``), and on a CUDA device, with what it buys in repeatability:
+``gpu_determinism`` (``measure_gpu_determinism_cost``).
 Importing this package imports numpy/torch only when a function needs them.
 """
 
@@ -35,6 +36,7 @@ from mlinfra_lab.ci.flaky import (
     detect_flaky,
     find_unseeded_source,
 )
+from mlinfra_lab.ci.gpu_determinism import NoCudaDeviceError, measure_gpu_determinism_cost
 from mlinfra_lab.ci.jsonfile import JsonFileError
 from mlinfra_lab.ci.lockfile import (
     LockfileError,
@@ -91,6 +93,8 @@ __all__ = [
     "reseed",
     "seed_everything",
     "measure_determinism_cost",
+    "measure_gpu_determinism_cost",
+    "NoCudaDeviceError",
     # the tiny training run
     "PIN_SEED",
     "REGRESSIONS",
