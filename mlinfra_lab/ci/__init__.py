@@ -26,7 +26,13 @@ from mlinfra_lab.ci.artifacts import (
     validate_artifacts,
 )
 from mlinfra_lab.ci.checkpoint import CheckpointMismatch, CheckpointReport, checkpoint_roundtrip
-from mlinfra_lab.ci.ddp import DdpCheckError, DdpReport, ddp_check, gloo_unavailable
+from mlinfra_lab.ci.ddp import (
+    DDP_REGRESSIONS,
+    DdpCheckError,
+    DdpReport,
+    ddp_check,
+    gloo_unavailable,
+)
 from mlinfra_lab.ci.determinism_cost import measure_determinism_cost
 from mlinfra_lab.ci.flaky import (
     BisectReport,
@@ -124,6 +130,7 @@ __all__ = [
     "measure_spread",
     "run_variant",
     # the distributed tier
+    "DDP_REGRESSIONS",
     "DdpCheckError",
     "DdpReport",
     "ddp_check",

@@ -12,7 +12,8 @@ Design decisions:
   Hence two checks of different kinds: ranks agree *exactly* (one all-reduce gives every
   rank the same bits), and DDP matches one process *within a band* (the sum is reordered).
   A bug in the distributed path (a rank on the wrong shard, a gradient summed rather than
-  averaged, a rank that skips the broadcast of the initial weights) breaks one or the other.
+  averaged, a rank that skips the broadcast of the initial weights) breaks one or the other;
+  ``regression="sum-hook"`` injects the second, a comm hook that forgets to divide.
 - Cheap on purpose: dropout 0 and no augmentation (so nothing random differs between the
   ranks and the single run), a fixed batch order, a few steps, one intra-op thread per rank.
   The cost is the processes' start-up (torch's import), a few seconds on 2 cores.
@@ -40,9 +41,13 @@ from typing import Any
 
 from mlinfra_lab.errors import MlinfraError
 
-__all__ = ["DdpCheckError", "DdpReport", "ddp_check", "gloo_unavailable"]
+__all__ = ["DDP_REGRESSIONS", "DdpCheckError", "DdpReport", "ddp_check", "gloo_unavailable"]
 
 _BATCH = 10  # examples per step, split evenly over the ranks
+# Bugs ddp_check(regression=...) can inject into the distributed path, to show the tier fail.
+DDP_REGRESSIONS: dict[str, str] = {
+    "sum-hook": "a custom comm hook that all-reduces the gradients and forgets to divide",
+}
 
 
 class DdpCheckError(MlinfraError, RuntimeError):
@@ -79,7 +84,17 @@ def gloo_unavailable() -> str | None:
     return None
 
 
-def _train(steps: int, seed: int, rank: int, world: int) -> tuple[list[float], list[float]]:
+def _sum_hook(state, bucket):  # noqa: ANN001 (DDP rejects string annotations)
+    """The injected bug: DDP's all-reduce hook without the division by the world size."""
+    import torch.distributed as dist
+
+    work = dist.all_reduce(bucket.buffer(), async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def _train(
+    steps: int, seed: int, rank: int, world: int, regression: str | None = None
+) -> tuple[list[float], list[float]]:
     """Train the tiny model on this rank's shard of each batch; DDP when a group exists."""
     import torch
     import torch.distributed as dist
@@ -93,6 +108,8 @@ def _train(steps: int, seed: int, rank: int, world: int) -> tuple[list[float], l
     model = build_tiny_model(config)
     if dist.is_initialized():
         model = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's weights
+        if regression == "sum-hook":
+            model.register_comm_hook(None, _sum_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
     losses = []
     for step in range(steps):
@@ -107,7 +124,15 @@ def _train(steps: int, seed: int, rank: int, world: int) -> tuple[list[float], l
     return losses, params.tolist()
 
 
-def _rank(rank: int, world: int, rendezvous: str, steps: int, seed: int, outdir: str) -> None:
+def _rank(
+    rank: int,
+    world: int,
+    rendezvous: str,
+    steps: int,
+    seed: int,
+    outdir: str,
+    regression: str | None,
+) -> None:
     import torch
     import torch.distributed as dist
 
@@ -120,14 +145,20 @@ def _rank(rank: int, world: int, rendezvous: str, steps: int, seed: int, outdir:
         timeout=timedelta(seconds=60),
     )
     try:
-        losses, params = _train(steps, seed, rank, world)
+        losses, params = _train(steps, seed, rank, world, regression)
         Path(outdir, f"rank{rank}.json").write_text(json.dumps([losses, params]))
     finally:
         dist.destroy_process_group()
 
 
-def ddp_check(world_size: int = 2, steps: int = 5, seed: int = 0) -> DdpReport:
-    """Run the tiny model on `world_size` gloo ranks and on one process; compare them."""
+def ddp_check(
+    world_size: int = 2, steps: int = 5, seed: int = 0, regression: str | None = None
+) -> DdpReport:
+    """Run the tiny model on `world_size` gloo ranks and on one process; compare them.
+
+    `regression` injects one bug of `DDP_REGRESSIONS` into the ranks (never into the single
+    process), so a test can show that the check fails when the distributed path is wrong.
+    """
     import torch.multiprocessing as mp
 
     if world_size < 1 or _BATCH % world_size:
@@ -137,6 +168,10 @@ def ddp_check(world_size: int = 2, steps: int = 5, seed: int = 0) -> DdpReport:
         )
     if steps < 1:
         raise DdpCheckError(f"steps must be >= 1, got {steps}")
+    if regression is not None and regression not in DDP_REGRESSIONS:
+        raise DdpCheckError(
+            f"unknown regression {regression!r}; known: {', '.join(DDP_REGRESSIONS)}"
+        )
     reason = gloo_unavailable()
     if reason is not None:
         raise DdpCheckError(f"{reason}: the distributed tier cannot run here; skip it")
@@ -144,7 +179,7 @@ def ddp_check(world_size: int = 2, steps: int = 5, seed: int = 0) -> DdpReport:
         try:
             mp.start_processes(
                 _rank,
-                args=(world_size, str(Path(tmp, "rendezvous")), steps, seed, tmp),
+                args=(world_size, str(Path(tmp, "rendezvous")), steps, seed, tmp, regression),
                 nprocs=world_size,
                 start_method="spawn",
             )
