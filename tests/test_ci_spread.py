@@ -6,7 +6,9 @@ then checked against variants it was *not* derived from: another thread count an
 deterministic flags off must pass, every injected bug must fail.
 """
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -21,12 +23,14 @@ from mlinfra_lab.ci import (
     derive_band,
     measure_spread,
     run_variant,
+    train_tiny,
 )
 
 pytestmark = pytest.mark.ci
 
 K = 10  # the chapter's headroom factor
 
+COMMITTED = Path(__file__).parent / "references" / "train_tiny.json"
 HELD_OUT = (Variant("2 threads", threads=2), Variant("deterministic off", deterministic=False))
 
 
@@ -94,3 +98,23 @@ def test_train_config_rejects_unknown_regressions_and_dtypes():
     with pytest.raises(ValueError, match="dtype must be"):
         TrainConfig(dtype="float16")
     assert math.isfinite(run_variant(TrainConfig(steps=2, dtype="float64"), Variant("b"))[-1])
+
+
+def test_the_committed_reference_band_has_headroom_over_this_machines_spread():
+    # Runs wherever the suite runs: a new runner with a wider spread fails here, by name,
+    # instead of failing the integration run's band without saying why.
+    report = measure_spread(variants=HELD_OUT + (Variant("float64", dtype="float64"),))
+    entry = json.loads(COMMITTED.read_text())["train_tiny.losses"]
+    assert entry["rtol"] == 0.0
+    assert entry["atol"] >= K * report.max_deviation(), (
+        f"{COMMITTED}: atol {entry['atol']:g} is less than {K}x this machine's legitimate "
+        f"spread {report.max_deviation():.3g}: re-derive the band (chapter 3) on this runner"
+    )
+
+
+@pytest.mark.parametrize("bug", sorted(REGRESSIONS))
+def test_the_committed_reference_band_stops_every_injected_regression(monkeypatch, bug):
+    monkeypatch.delenv("MLINFRA_UPDATE_REFERENCES", raising=False)
+    losses = train_tiny(config=TrainConfig(regression=bug)).losses
+    with pytest.raises(ReferenceMismatch, match="outside the reference band"):
+        assert_close_to_reference("train_tiny.losses", losses, COMMITTED)
