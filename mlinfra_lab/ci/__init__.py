@@ -7,13 +7,15 @@ The four CI tiers and the module that serves each:
   pytest plugin ``pytest_plugin`` (``@pytest.mark.quarantine``, ``--update-references``)
 - environment reproducibility: ``lockfile`` (``check_lockfile``, ``write_lockfile``)
 - small integration training runs: ``train`` (``train_tiny``), ``references``
-  (``assert_close_to_reference``, ``assert_decreasing``), ``checkpoint``
-  (``checkpoint_roundtrip``)
+  (``assert_close_to_reference``, ``assert_decreasing``), ``spread`` (``measure_spread``,
+  ``derive_band``: the band from the legitimate spread), ``checkpoint``
+  (``checkpoint_roundtrip``), and the distributed tier ``ddp`` (``ddp_check``)
 - artifact validation: ``artifacts`` (``validate_artifacts``)
 
 and, when a check turns out flaky, ``flaky`` (``detect_flaky``, ``find_unseeded_source``);
 what ``deterministic()`` costs, under two timing protocols: ``determinism_cost``
-(``measure_determinism_cost``).
+(``measure_determinism_cost``), and on a CUDA device, with what it buys in repeatability:
+``gpu_determinism`` (``measure_gpu_determinism_cost``).
 Importing this package imports numpy/torch only when a function needs them.
 """
 
@@ -24,6 +26,13 @@ from mlinfra_lab.ci.artifacts import (
     validate_artifacts,
 )
 from mlinfra_lab.ci.checkpoint import CheckpointMismatch, CheckpointReport, checkpoint_roundtrip
+from mlinfra_lab.ci.ddp import (
+    DDP_REGRESSIONS,
+    DdpCheckError,
+    DdpReport,
+    ddp_check,
+    gloo_unavailable,
+)
 from mlinfra_lab.ci.determinism_cost import measure_determinism_cost
 from mlinfra_lab.ci.flaky import (
     BisectReport,
@@ -33,6 +42,7 @@ from mlinfra_lab.ci.flaky import (
     detect_flaky,
     find_unseeded_source,
 )
+from mlinfra_lab.ci.gpu_determinism import NoCudaDeviceError, measure_gpu_determinism_cost
 from mlinfra_lab.ci.jsonfile import JsonFileError
 from mlinfra_lab.ci.lockfile import (
     LockfileError,
@@ -56,8 +66,20 @@ from mlinfra_lab.ci.seeding import (
     reseed,
     seed_everything,
 )
+from mlinfra_lab.ci.spread import (
+    BASELINE,
+    LEGITIMATE_VARIANTS,
+    Band,
+    SpreadReport,
+    Variant,
+    VariantError,
+    derive_band,
+    measure_spread,
+    run_variant,
+)
 from mlinfra_lab.ci.train import (
     PIN_SEED,
+    REGRESSIONS,
     TRAIN_SOURCES,
     Augment,
     TrainConfig,
@@ -77,8 +99,11 @@ __all__ = [
     "reseed",
     "seed_everything",
     "measure_determinism_cost",
+    "measure_gpu_determinism_cost",
+    "NoCudaDeviceError",
     # the tiny training run
     "PIN_SEED",
+    "REGRESSIONS",
     "TRAIN_SOURCES",
     "Augment",
     "TrainConfig",
@@ -94,6 +119,22 @@ __all__ = [
     "ReferenceMismatch",
     "assert_close_to_reference",
     "assert_decreasing",
+    # the legitimate spread and the band derived from it
+    "BASELINE",
+    "Band",
+    "LEGITIMATE_VARIANTS",
+    "SpreadReport",
+    "Variant",
+    "VariantError",
+    "derive_band",
+    "measure_spread",
+    "run_variant",
+    # the distributed tier
+    "DDP_REGRESSIONS",
+    "DdpCheckError",
+    "DdpReport",
+    "ddp_check",
+    "gloo_unavailable",
     # checkpoints and artifacts
     "ArtifactError",
     "ArtifactReport",

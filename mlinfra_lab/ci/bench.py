@@ -4,7 +4,8 @@ Contract: ``run_bench(config)`` times the tiny training run in-process with and 
 ``deterministic()`` (`determinism_cost`: interleaved at one and at all threads, and in the
 sequential blocks of the first benchmark, so the two protocols meet on one machine), one
 fresh-process run (what ``detect_flaky`` pays per run), the lock check and the artifact
-validation, and returns a JSON-ready dict with the device, versions, date and the config;
+validation, and on a machine with a CUDA device what ``deterministic()`` costs there
+(`gpu_determinism`), and returns a JSON-ready dict with the device, versions, date and the config;
 ``mlinfra-lab bench ci`` writes it to ``benchmarks/results/``.
 
 Design decisions:
@@ -89,6 +90,13 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         results["check_lockfile_ms"] = _median_ms(
             functools.partial(check_lockfile, config.lock), config.repeats
         )
+    import torch
+
+    if torch.cuda.is_available():  # the GPU's cost of deterministic(), and its repeatability
+        from mlinfra_lab.ci.gpu_determinism import measure_gpu_determinism_cost
+
+        note("deterministic() on the CUDA device")
+        results["gpu_determinism"] = measure_gpu_determinism_cost()
     if hasattr(os, "getloadavg"):  # other jobs on a shared machine inflate every number
         results["load_average_1min"] = os.getloadavg()[0]
     return {

@@ -22,6 +22,11 @@ Design decisions:
   constant ``PIN_SEED`` after the normal seeding. ``find_unseeded_source`` bisects with it.
 - ``deterministic=True`` (the default) runs inside ``deterministic()``; CI pays the small
   speed cost so kernel non-determinism does not add noise on top of the seeds.
+- ``dtype="float64"`` runs the same inputs in double precision: the float32 run's distance
+  from it is its rounding error (``spread.py`` measures it). ``regression`` injects one of
+  ``REGRESSIONS``, each a plausible bug (a summed loss, a dropped momentum, a stray weight
+  decay...), so a chapter and a test can show that the band catches it. Both default to the
+  normal run, and ``metrics.json`` records them with the rest of the config.
 
 Caveat: identical losses are promised for the same program, seed, machine and library
 versions only; across machines compare with a tolerance band (``references.py``).
@@ -47,6 +52,7 @@ from mlinfra_lab.ci.seeding import (
 
 __all__ = [
     "PIN_SEED",
+    "REGRESSIONS",
     "TRAIN_SOURCES",
     "Augment",
     "TrainConfig",
@@ -62,6 +68,14 @@ __all__ = [
 TRAIN_SOURCES: tuple[str, ...] = (*RNG_SOURCES, "augment")
 # The constant a pinned source is re-seeded with (any fixed value would do).
 PIN_SEED = 12345
+# Bugs TrainConfig.regression can inject, each one a plausible slip in a training loop.
+REGRESSIONS: dict[str, str] = {
+    "loss-sum": "the loss summed over the batch instead of averaged",
+    "no-momentum": "a refactor that builds SGD without its momentum of 0.9",
+    "weight-decay": "an optimizer default of weight_decay=1e-4 that slipped in",
+    "dropout-off": "the model left in eval mode by an evaluation hook: dropout never fires",
+    "grad-accumulates": "zero_grad called once before the loop: gradients pile up",
+}
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,8 @@ class TrainConfig:
     dropout: float = 0.1  # dropout rate: a torch-RNG consumer inside the model
     deterministic: bool = True  # run inside deterministic() (CI setting)
     pinned: tuple[str, ...] = ()  # diagnostic: sources re-seeded with PIN_SEED
+    dtype: str = "float32"  # "float64": the same inputs, wider accumulation (spread.py)
+    regression: str | None = None  # teaching hook: inject one bug of REGRESSIONS
 
     def __post_init__(self) -> None:
         if self.augment_seed is not None and not isinstance(self.augment_seed, int):
@@ -91,6 +107,12 @@ class TrainConfig:
         if unknown:
             raise ValueError(
                 f"cannot pin unknown sources {sorted(unknown)}; known: {', '.join(TRAIN_SOURCES)}"
+            )
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        if self.regression is not None and self.regression not in REGRESSIONS:
+            raise ValueError(
+                f"unknown regression {self.regression!r}; known: {', '.join(REGRESSIONS)}"
             )
         if self.steps < 1 or self.examples < self.batch_size:
             raise ValueError("need steps >= 1 and examples >= batch_size")
@@ -177,22 +199,34 @@ def _train(config: TrainConfig, on_step: Callable[[int, float], None] | None) ->
             reseed(name, PIN_SEED)
 
     x, y = make_dataset(config.examples, config.features)  # numpy source
-    model = build_tiny_model(config)  # torch source: init, then dropout masks
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
+    dtype = getattr(torch, config.dtype)
+    model = build_tiny_model(config).to(dtype)  # torch source: init, then dropout masks
+    bug = config.regression
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=config.lr,
+        momentum=0.0 if bug == "no-momentum" else 0.9,
+        weight_decay=1e-4 if bug == "weight-decay" else 0.0,
+    )
     augment = Augment(seeds["augment"], config.jitter)  # augment source
 
     order: list[int] = []
     losses: list[float] = []
-    model.train()
+    model.train(bug != "dropout-off")
+    if bug == "grad-accumulates":
+        optimizer.zero_grad(set_to_none=True)
     for step in range(1, config.steps + 1):
         if len(order) < config.batch_size:  # new epoch: python source
             order = list(range(config.examples))
             random.shuffle(order)
         idx, order = order[: config.batch_size], order[config.batch_size :]
-        xb = torch.from_numpy(augment(x[idx]))  # (B, F)
-        yb = torch.from_numpy(y[idx])  # (B, 1)
+        xb = torch.from_numpy(augment(x[idx])).to(dtype)  # (B, F)
+        yb = torch.from_numpy(y[idx]).to(dtype)  # (B, 1)
         loss = regression_loss(model(xb), yb)
-        optimizer.zero_grad(set_to_none=True)
+        if bug == "loss-sum":
+            loss = loss * config.batch_size  # what reduction="sum" gives for (B, 1)
+        if bug != "grad-accumulates":
+            optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         losses.append(float(loss.item()))
