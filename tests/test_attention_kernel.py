@@ -573,7 +573,7 @@ def test_a_removed_variant_says_what_it_measured_and_where_its_code_is(
 
 def test_autotune_is_skipped_for_fp32_and_short_sequences(monkeypatch):
     """The pruner keeps the tile search for long low-precision runs only (one compile else)."""
-    from mlinfra_lab.attention import _flash_kernels as fk
+    from mlinfra_lab.attention import _flash_configs as fk
 
     monkeypatch.delenv("MLINFRA_ATTENTION_AUTOTUNE", raising=False)  # make test-gpu sets it
 
@@ -591,7 +591,7 @@ def test_a_shape_in_the_tile_table_runs_its_tile_without_a_search(monkeypatch):
     tile as the only candidate; float32 and MLINFRA_ATTENTION_AUTOTUNE=0 keep their rules."""
     from types import SimpleNamespace
 
-    from mlinfra_lab.attention import _flash_kernels as fk
+    from mlinfra_lab.attention import _flash_configs as fk
     from mlinfra_lab.attention import tile_table
 
     monkeypatch.delenv("MLINFRA_ATTENTION_AUTOTUNE", raising=False)
@@ -632,7 +632,7 @@ def test_autotune_off_keeps_float32_on_its_own_tile(monkeypatch):
     """MLINFRA_ATTENTION_AUTOTUNE=0 keeps every GPU list longer than one config, so the pruner
     still runs: Triton launches a lone config without pruning, and float32 then compiled a
     128 x 64 IEEE tile for over a minute (chapter 1's head-dim cell timed out on the H200)."""
-    from mlinfra_lab.attention import _flash_kernels as fk
+    from mlinfra_lab.attention import _flash_configs as fk
 
     monkeypatch.setenv("MLINFRA_ATTENTION_AUTOTUNE", "0")
     for capability in ((9, 0), (8, 9), (8, 0), (7, 5)):

@@ -1,7 +1,10 @@
 """The Triton kernels of `flash.py`; imported on first use, after the interpreter switch.
 
 Contract: `kernels()` returns the forward, delta, dK/dV and dQ kernels, the three big ones
-wrapped in autotuners whose tile configs suit the device found (`configs()`).
+wrapped in autotuners whose tile configs suit the device found (`configs()`, from
+`_flash_configs`). This file is the whole taught path on the GPU: the forward (`_fwd_inner`,
+`_fwd_kernel`) and the split backward (`_bwd_delta_kernel`, `_dkdv_inner`,
+`_bwd_dkdv_kernel`, `_dq_inner`, `_bwd_dq_kernel`).
 
 Design decisions (the full list is in `flash.py`'s docstring):
 - This module imports triton at its top, so `flash.py` imports it only inside its
@@ -17,12 +20,8 @@ Design decisions (the full list is in `flash.py`'s docstring):
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from functools import cache
 from typing import Any
-
-import torch
 
 from mlinfra_lab import runtime
 
@@ -31,29 +30,25 @@ runtime.ensure_triton_mode()
 import triton  # noqa: E402  (after the interpreter switch, deliberately)
 import triton.language as tl  # noqa: E402
 
-__all__ = ["configs", "configs_for", "kernels"]
+from mlinfra_lab.attention._flash_configs import (  # noqa: E402
+    SHORT_SEQUENCE,
+    _pruner,
+    configs,
+    configs_for,
+)
+
+__all__ = ["SHORT_SEQUENCE", "configs", "configs_for", "kernels"]
+
+# The kernels below are laid out as Triton's tutorials are: argument lists packed, not one
+# name per line (the formatter is off between the two markers).
+# fmt: off
 
 
 @triton.jit
 def _fwd_inner(
-    acc,
-    l_i,
-    m_i,
-    q,
-    k_base,
-    v_base,
-    offs_m,
-    lo,
-    hi,
-    n_k,
-    qk_scale,
-    stride_n,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr,
+    acc, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, n_k, qk_scale, stride_n, BLOCK_N:
+    tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL:
+    tl.constexpr, PRECISION: tl.constexpr,
 ):
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
@@ -83,22 +78,8 @@ def _fwd_inner(
 
 @triton.jit
 def _fwd_kernel(
-    Q,
-    K,
-    V,
-    Out,
-    LSE,
-    n_q,
-    n_k,
-    qk_scale,
-    stride_bh_q,
-    stride_bh_k,
-    stride_n,
-    CAUSAL: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    Q, K, V, Out, LSE, n_q, n_k, qk_scale, stride_bh_q, stride_bh_k, stride_n, CAUSAL: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
     if CAUSAL:  # the diagonal loop steps by BLOCK_N from a multiple of BLOCK_M
@@ -122,51 +103,18 @@ def _fwd_kernel(
         lo_masked = n_k - n_k % BLOCK_N
         hi_masked = n_k
     acc, l_i, m_i = _fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_base,
-        v_base,
-        offs_m,
-        0,
-        lo_masked,
-        n_k,
-        qk_scale,
-        stride_n,
-        BLOCK_N,
-        BLOCK_D,
-        HEAD_DIM,
-        False,
-        CAUSAL,
-        PRECISION,
+        acc, l_i, m_i, q, k_base, v_base, offs_m, 0, lo_masked, n_k, qk_scale, stride_n, BLOCK_N,
+        BLOCK_D, HEAD_DIM, False, CAUSAL, PRECISION,
     )
     acc, l_i, m_i = _fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_base,
-        v_base,
-        offs_m,
-        lo_masked,
-        hi_masked,
-        n_k,
-        qk_scale,
-        stride_n,
-        BLOCK_N,
-        BLOCK_D,
-        HEAD_DIM,
-        True,
-        CAUSAL,
-        PRECISION,
+        acc, l_i, m_i, q, k_base, v_base, offs_m, lo_masked, hi_masked, n_k, qk_scale, stride_n,
+        BLOCK_N, BLOCK_D, HEAD_DIM, True, CAUSAL, PRECISION,
     )
     acc = acc / l_i[:, None]
     tl.store(LSE + off_bh * n_q + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < n_q)
     tl.store(
         Out + off_bh * stride_bh_q + offs_m[:, None] * stride_n + offs_d[None, :],
-        acc.to(Out.dtype.element_ty),
-        mask=q_mask,
+        acc.to(Out.dtype.element_ty), mask=q_mask,
     )
 
 
@@ -191,26 +139,9 @@ def _bwd_delta_kernel(
 
 @triton.jit
 def _dkdv_inner(
-    dk,
-    dv,
-    k,
-    v,
-    q_base,
-    do_base,
-    lse_base,
-    delta_base,
-    offs_n,
-    lo,
-    hi,
-    n_q,
-    qk_scale,
-    stride_n,
-    BLOCK_M: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr,
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n, lo, hi, n_q, qk_scale, stride_n,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
 ):
     offs_d = tl.arange(0, BLOCK_D)
     for start_m in range(lo, hi, BLOCK_M):
@@ -242,27 +173,9 @@ def _dkdv_inner(
 
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q,
-    K,
-    V,
-    DO,
-    LSE,
-    DELTA,
-    DK,
-    DV,
-    n_q,
-    n_k,
-    qk_scale,
-    sm_scale,
-    stride_bh_q,
-    stride_bh_k,
-    stride_n,
-    CAUSAL: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    PRECISION: tl.constexpr,
+    Q, K, V, DO, LSE, DELTA, DK, DV, n_q, n_k, qk_scale, sm_scale, stride_bh_q, stride_bh_k,
+    stride_n, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M:
+    tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):
     if CAUSAL:  # the diagonal loop steps by BLOCK_M from a multiple of BLOCK_N
         tl.static_assert(BLOCK_N % BLOCK_M == 0, "causal dK/dV tiles need BLOCK_N % BLOCK_M == 0")
@@ -283,73 +196,20 @@ def _bwd_dkdv_kernel(
     full_hi = n_q - n_q % BLOCK_M
     if CAUSAL:  # queries below this key tile: first the diagonal tiles, masked
         dk, dv = _dkdv_inner(
-            dk,
-            dv,
-            k,
-            v,
-            q_base,
-            do_base,
-            lse_base,
-            delta_base,
-            offs_n,
-            start_n,
-            tl.minimum(start_n + BLOCK_N, n_q),
-            n_q,
-            qk_scale,
-            stride_n,
-            BLOCK_M,
-            BLOCK_D,
-            HEAD_DIM,
-            True,
-            CAUSAL,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n, start_n, tl.minimum(start_n
+            + BLOCK_N, n_q), n_q, qk_scale, stride_n, BLOCK_M, BLOCK_D, HEAD_DIM, True, CAUSAL,
             PRECISION,
         )
         body_lo = start_n + BLOCK_N
     else:
         body_lo = 0
     dk, dv = _dkdv_inner(
-        dk,
-        dv,
-        k,
-        v,
-        q_base,
-        do_base,
-        lse_base,
-        delta_base,
-        offs_n,
-        body_lo,
-        full_hi,
-        n_q,
-        qk_scale,
-        stride_n,
-        BLOCK_M,
-        BLOCK_D,
-        HEAD_DIM,
-        False,
-        CAUSAL,
-        PRECISION,
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n, body_lo, full_hi, n_q,
+        qk_scale, stride_n, BLOCK_M, BLOCK_D, HEAD_DIM, False, CAUSAL, PRECISION,
     )
     dk, dv = _dkdv_inner(
-        dk,
-        dv,
-        k,
-        v,
-        q_base,
-        do_base,
-        lse_base,
-        delta_base,
-        offs_n,
-        tl.maximum(body_lo, full_hi),
-        n_q,
-        n_q,
-        qk_scale,
-        stride_n,
-        BLOCK_M,
-        BLOCK_D,
-        HEAD_DIM,
-        True,
-        CAUSAL,
-        PRECISION,
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, offs_n, tl.maximum(body_lo, full_hi),
+        n_q, n_q, qk_scale, stride_n, BLOCK_M, BLOCK_D, HEAD_DIM, True, CAUSAL, PRECISION,
     )
     tl.store(DK + kv_off, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + kv_off, dv.to(DV.dtype.element_ty), mask=kv_mask)
@@ -357,25 +217,9 @@ def _bwd_dkdv_kernel(
 
 @triton.jit
 def _dq_inner(
-    dq,
-    q,
-    do,
-    lse,
-    delta,
-    k_base,
-    v_base,
-    offs_m,
-    lo,
-    hi,
-    n_k,
-    qk_scale,
-    stride_n,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr,
+    dq, q, do, lse, delta, k_base, v_base, offs_m, lo, hi, n_k, qk_scale, stride_n, BLOCK_N:
+    tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL:
+    tl.constexpr, PRECISION: tl.constexpr,
 ):
     offs_d = tl.arange(0, BLOCK_D)
     for start_n in range(lo, hi, BLOCK_N):
@@ -400,26 +244,9 @@ def _dq_inner(
 
 @triton.jit
 def _bwd_dq_kernel(
-    Q,
-    K,
-    V,
-    DO,
-    LSE,
-    DELTA,
-    DQ,
-    n_q,
-    n_k,
-    qk_scale,
-    sm_scale,
-    stride_bh_q,
-    stride_bh_k,
-    stride_n,
-    CAUSAL: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    PRECISION: tl.constexpr,
+    Q, K, V, DO, LSE, DELTA, DQ, n_q, n_k, qk_scale, sm_scale, stride_bh_q, stride_bh_k, stride_n,
+    CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):
     if CAUSAL:  # the diagonal loop steps by BLOCK_N from a multiple of BLOCK_M
         tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal tiles need BLOCK_M % BLOCK_N == 0")
@@ -443,172 +270,17 @@ def _bwd_dq_kernel(
         lo_masked = n_k - n_k % BLOCK_N
         hi_masked = n_k
     dq = _dq_inner(
-        dq,
-        q,
-        do,
-        lse,
-        delta,
-        k_base,
-        v_base,
-        offs_m,
-        0,
-        lo_masked,
-        n_k,
-        qk_scale,
-        stride_n,
-        BLOCK_N,
-        BLOCK_D,
-        HEAD_DIM,
-        False,
-        CAUSAL,
-        PRECISION,
+        dq, q, do, lse, delta, k_base, v_base, offs_m, 0, lo_masked, n_k, qk_scale, stride_n,
+        BLOCK_N, BLOCK_D, HEAD_DIM, False, CAUSAL, PRECISION,
     )
     dq = _dq_inner(
-        dq,
-        q,
-        do,
-        lse,
-        delta,
-        k_base,
-        v_base,
-        offs_m,
-        lo_masked,
-        hi_masked,
-        n_k,
-        qk_scale,
-        stride_n,
-        BLOCK_N,
-        BLOCK_D,
-        HEAD_DIM,
-        True,
-        CAUSAL,
-        PRECISION,
+        dq, q, do, lse, delta, k_base, v_base, offs_m, lo_masked, hi_masked, n_k, qk_scale,
+        stride_n, BLOCK_N, BLOCK_D, HEAD_DIM, True, CAUSAL, PRECISION,
     )
     tl.store(DQ + q_off, (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
 
 
-def configs() -> tuple[list[Any], list[Any], list[Any]]:
-    """Tile configs for the forward, dK/dV and dQ kernels on the device found: one small
-    fixed tile each under the CPU interpreter, else `configs_for` this GPU's capability."""
-    if runtime.triton_interpreted():  # small tiles: cheap to interpret, many tiles per test
-        return [_cfg(32, 16, 4, 1)], [_cfg(16, 32, 4, 1)], [_cfg(32, 16, 4, 1)]
-    return configs_for(torch.cuda.get_device_capability())
-
-
-def _cfg(bm: int, bn: int, warps: int, stages: int) -> Any:
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
-
-
-def configs_for(capability: tuple[int, int]) -> tuple[list[Any], list[Any], list[Any]]:
-    """Tile configs for the forward, dK/dV and dQ kernels on a GPU of this compute capability.
-
-    Every list holds more than one config: Triton's autotuner calls the pruner
-    (`_pruner`: float32's own tile, ``MLINFRA_ATTENTION_AUTOTUNE=0``) only then, and runs a
-    lone config as it is, float32 included (a 128 x 64 IEEE tile took over 60 s to compile).
-    Without a search (short sequences, ``MLINFRA_ATTENTION_AUTOTUNE=0``) the first config
-    runs, so each list's first config must fit the family's shared memory at the largest
-    head dim (BLOCK_D = 128): a tile that does not fit fails at launch (OutOfResources).
-    Constraints (causal; each kernel states its own with ``tl.static_assert``): forward and dQ
-    need BLOCK_M % BLOCK_N == 0 (their diagonal loop steps by BLOCK_N from a multiple of
-    BLOCK_M); dK/dV needs BLOCK_N % BLOCK_M == 0.
-    """
-    major = capability[0]
-    if major == 9:  # Hopper: 128-row tiles for two warpgroups, pipelined loads
-        fwd = [
-            _cfg(128, 64, 4, 3),
-            _cfg(128, 64, 8, 3),
-            _cfg(128, 128, 8, 2),
-            _cfg(128, 128, 8, 3),
-            _cfg(64, 64, 4, 4),
-            _cfg(128, 64, 8, 4),
-            _cfg(128, 32, 4, 4),
-        ]
-        dkdv = [
-            _cfg(32, 128, 4, 3),
-            _cfg(64, 128, 8, 3),
-            _cfg(64, 64, 4, 3),
-            _cfg(64, 128, 8, 2),
-            _cfg(32, 64, 4, 4),
-        ]
-        dq = [
-            _cfg(128, 32, 4, 3),
-            _cfg(128, 64, 8, 3),
-            _cfg(64, 64, 4, 3),
-            _cfg(128, 64, 8, 2),
-            _cfg(64, 32, 4, 4),
-        ]
-        return fwd, dkdv, dq
-    if major < 8:
-        # Turing (Colab's free T4, compute capability 7.5): 64 KB of shared memory per block.
-        # Compiled for sm_75 at BLOCK_D = 128, the Ampere list's backward tiles need 80-96 KB
-        # and fail at launch; these need 40-48 KB (the forward's 32-48 KB).
-        return (
-            [_cfg(64, 32, 4, 2), _cfg(32, 32, 4, 2)],
-            [_cfg(32, 32, 4, 1), _cfg(16, 32, 4, 1)],
-            [_cfg(32, 32, 4, 1), _cfg(32, 16, 4, 1)],
-        )
-    # Ampere and Ada (A100, A10G, L4, RTX 30/40): tiles that fit Ada's 99 KB per block
-    # (compiled for sm_86 at BLOCK_D = 128: 28-72 KB).
-    return (
-        [_cfg(64, 32, 4, 2), _cfg(64, 64, 4, 2)],
-        [_cfg(32, 64, 4, 2), _cfg(64, 64, 4, 2)],
-        [_cfg(64, 32, 4, 2), _cfg(64, 64, 4, 2)],
-    )
-
-
-# Below this many tokens a launch is dominated by its fixed cost: no tile is worth a search.
-SHORT_SEQUENCE = 256
-
-
-def _config(tile: dict[str, int]) -> Any:
-    return triton.Config(
-        {"BLOCK_M": tile["BLOCK_M"], "BLOCK_N": tile["BLOCK_N"]},
-        num_warps=tile["num_warps"],
-        num_stages=tile["num_stages"],
-    )
-
-
-def _pruner(fp32_config: Any, kernel: str) -> Callable[..., list[Any]]:
-    """An ``early_config_prune`` that autotunes only where the search pays for itself.
-
-    In order: float32 inputs (IEEE-precision dots: not Tensor Core speed, slow to compile, used for
-    accuracy demos) run `fp32_config`, a small single-stage tile: IEEE dots unroll into
-    FMAs, so compile time grows with the tile (on the H200, fresh cache, forward and
-    backward at D=80: 54 s at 64 x 32 with 2 stages, 8 s at 32 x 16 with 1 stage, same
-    error; ``benchmarks/results/h200-fp32-compile-2026-12-04.json``).
-    ``MLINFRA_ATTENTION_AUTOTUNE=0`` in the environment keeps only the list's first config
-    (tests on a GPU: one compile per shape class instead of a dozen).
-    A shape with an entry in the committed tile table (`tile_table`: best of repeated
-    measurements on this GPU) runs that tile: no search, the same tile in every run.
-    Sequences of at most `SHORT_SEQUENCE` tokens run the list's first config. Each then
-    costs one compile instead of one per config plus timing runs (a chapter cell with two
-    fp32 shapes took 205 s on the H200 while autotuning). Everything else autotunes.
-    """
-    from mlinfra_lab.attention import tile_table
-
-    def prune(configs: list[Any], named_args: dict[str, Any], **kwargs: Any) -> list[Any]:
-        args = {**named_args, **kwargs}
-        if args.get("PRECISION") == "ieee":
-            return [fp32_config]
-        if os.environ.get("MLINFRA_ATTENTION_AUTOTUNE", "1") == "0":
-            return configs[:1]
-        q = args.get("Q")
-        if q is not None and q.is_cuda:
-            tile = tile_table.lookup(
-                kernel,
-                torch.cuda.get_device_name(q.device),
-                str(q.dtype).removeprefix("torch."),
-                int(args["HEAD_DIM"]),
-                bool(args["CAUSAL"]),
-                max(int(args["n_q"]), int(args["n_k"])),
-            )
-            if tile is not None:
-                return [_config(tile)]
-        if max(int(args["n_q"]), int(args["n_k"])) <= SHORT_SEQUENCE:
-            return configs[:1]
-        return configs
-
-    return prune
+# fmt: on
 
 
 @cache
