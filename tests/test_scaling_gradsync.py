@@ -58,6 +58,10 @@ def failing(model: Any, bucket_bytes: int) -> Any:
     return lambda: None
 
 
+def unwritten(model: Any, bucket_bytes: int) -> Any:
+    raise NotImplementedError("bucketed_allreduce: write your solution here")
+
+
 def _assert_reference(ranks: list[RankSync], world_size: int, seed: int) -> None:
     want = reference_grads(world_size, WIDTHS, seed, steps=2)
     assert [r.rank for r in ranks] == list(range(world_size))
@@ -101,6 +105,13 @@ def test_the_ranks_see_different_batches() -> None:
 def test_a_failing_rank_is_named() -> None:
     with pytest.raises(GradSyncError, match="rank 1 of 2 failed: ValueError: rank one's hook"):
         run_grad_sync(failing, 2, 1, widths=WIDTHS, compute_ms=0, timeout_s=30)
+
+
+def test_an_unwritten_exercise_stays_not_implemented() -> None:
+    with pytest.raises(
+        NotImplementedError, match=r"rank [01]: NotImplementedError: bucketed_allreduce"
+    ):
+        run_grad_sync(unwritten, 2, 1, widths=WIDTHS, compute_ms=0, timeout_s=30)
 
 
 @pytest.mark.parametrize(("world_size", "bucket_bytes"), [(0, 1), (9, 1), (2, 0)])
