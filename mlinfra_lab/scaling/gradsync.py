@@ -306,7 +306,7 @@ def _rank_main(rank: int, world: int, port: int, args: dict[str, Any], conn: Any
     except BaseException as err:  # noqa: BLE001 - the parent reports it, naming the rank
         lines = traceback.format_exception_only(type(err), err)
         with contextlib.suppress(Exception):
-            conn.send(("error", type(err).__name__, "".join(lines).strip()[-600:]))
+            conn.send(("error", type(err).__name__, "".join(lines).strip()[-600:], time.time()))
     finally:
         conn.close()
 
@@ -315,6 +315,43 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _collect(pipes: list[Any], procs: list[Any], timeout_s: float) -> dict[int, Any]:
+    """Every rank's reply; on a failure, the rank that failed first (its peers fail after it)."""
+    world_size = len(pipes)
+    replies: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(replies) < world_size:
+        waiting = [r for r in range(world_size) if r not in replies]
+        for r in waiting:
+            if pipes[r].poll(0.02):
+                try:
+                    replies[r] = pipes[r].recv()
+                except EOFError:
+                    code = procs[r].exitcode
+                    replies[r] = (
+                        "error",
+                        "",
+                        f"exited with code {code} and no result",
+                        time.time(),
+                    )
+                if replies[r][0] == "error":  # let the others report, briefly, then stop
+                    deadline = min(deadline, time.monotonic() + 1.0)
+        failed = sorted((reply[3], r) for r, reply in replies.items() if reply[0] == "error")
+        if failed and (time.monotonic() > deadline or len(replies) == world_size):
+            r = failed[0][1]
+            _, kind, text, _ = replies[r]
+            if kind == "NotImplementedError":  # an exercise not written yet
+                raise NotImplementedError(f"rank {r}: {text}")
+            raise GradSyncError(f"rank {r} of {world_size} failed: {text}")
+        if time.monotonic() > deadline:
+            raise GradSyncError(
+                f"ranks {waiting} of {world_size} made no progress for {timeout_s:g} s: a hook "
+                "that waits for an all-reduce the other ranks never launch (a different bucket "
+                "order on each rank?), or a launch with no wait()"
+            )
+    return replies
 
 
 def run_grad_sync(
@@ -358,30 +395,8 @@ def run_grad_sync(
         p.start()
     for _, send in pipes:
         send.close()
-    replies: dict[int, Any] = {}
-    deadline = time.monotonic() + timeout_s
     try:
-        while len(replies) < world_size:
-            waiting = [r for r in range(world_size) if r not in replies]
-            for r in waiting:
-                recv = pipes[r][0]
-                if recv.poll(0.02):
-                    try:
-                        replies[r] = recv.recv()
-                    except EOFError:
-                        code = procs[r].exitcode
-                        replies[r] = ("error", "", f"exited with code {code} and no result")
-                    if replies[r][0] == "error":
-                        _, kind, text = replies[r]
-                        if kind == "NotImplementedError":  # an exercise not written yet
-                            raise NotImplementedError(f"rank {r}: {text}")
-                        raise GradSyncError(f"rank {r} of {world_size} failed: {text}")
-            if time.monotonic() > deadline:
-                raise GradSyncError(
-                    f"ranks {waiting} of {world_size} made no progress for {timeout_s:g} s: a hook "
-                    "that waits for an all-reduce the other ranks never launch (a different bucket "
-                    "order on each rank?), or a launch with no wait()"
-                )
+        replies = _collect([recv for recv, _ in pipes], procs, timeout_s)
     finally:
         for p in procs:
             if p.is_alive():
