@@ -33,6 +33,8 @@ Design decisions:
   GPU's backward, long enough that a bucket's all-reduce can hide under it. Our own hooks
   are registered before ``attach`` runs, so each "ready" event precedes every hook of yours
   on the same parameter.
+- The rendezvous store is served by the calling process on a port the system assigns, so
+  runs side by side (other notebooks, other tests) never race for a port.
 - Each rank's data are drawn from (seed, rank, step): ranks see different batches, so an
   average over the wrong number of ranks, or a missing gradient, changes the result.
 """
@@ -41,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -258,9 +259,10 @@ def _rank_main(rank: int, world: int, port: int, args: dict[str, Any], conn: Any
         import torch.distributed as dist
 
         torch.set_num_threads(1)
+        store = dist.TCPStore("127.0.0.1", port, world, is_master=False)
         dist.init_process_group(
             "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
+            store=store,
             rank=rank,
             world_size=world,
             timeout=timedelta(seconds=args["timeout_s"] + 30),
@@ -309,12 +311,6 @@ def _rank_main(rank: int, world: int, port: int, args: dict[str, Any], conn: Any
             conn.send(("error", type(err).__name__, "".join(lines).strip()[-600:], time.time()))
     finally:
         conn.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _collect(pipes: list[Any], procs: list[Any], timeout_s: float) -> dict[int, Any]:
@@ -385,7 +381,11 @@ def run_grad_sync(
         "timeout_s": float(timeout_s),
     }
     ctx = mp.get_context("fork")
-    port = _free_port()
+    import torch.distributed as dist
+
+    # The rendezvous lives here, on a port the system picked: no port to race for.
+    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
+    port = store.port
     pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
     procs = [
         ctx.Process(target=_rank_main, args=(r, world_size, port, args, pipes[r][1]), daemon=True)
@@ -402,6 +402,7 @@ def run_grad_sync(
             if p.is_alive():
                 p.kill()
             p.join(5)
+        del store
     return [
         RankSync(
             rank=r,
