@@ -17,14 +17,15 @@ What ``attach`` may do: register hooks on the model's parameters
 on flat buffers, keeping the handle it returns and calling ``handle.wait()`` later. Inside
 the ranks ``torch.distributed.all_reduce`` is the emulated link: the real gloo all-reduce,
 plus a delay so that each call occupies one shared link for ``alpha_ms`` plus its ring
-traffic at ``link_mbps`` (the harness's `slow_transport` arithmetic), buckets queueing one
-after another. A call and every ``wait()`` are recorded as events.
+traffic at ``link_mbps`` (the harness's emulated link, plus a latency per call), buckets
+queueing one after another. A call and every ``wait()`` are recorded as events.
 
 Design decisions:
 - *fork*, not the harness's forkserver: ``attach`` is usually a function defined in a
   notebook, which a fresh process could not import; a forked rank inherits it. The ranks
   use one intra-op thread each and never touch the parent's kernel (results come back
-  through a pipe), so forking a kernel is safe here.
+  through a pipe), so forking a kernel is safe here on Linux (Colab included); macOS
+  forbids forking a process that has started threads, so run the lab on Linux there.
 - Events are ordered, not only timed: a check that "bucket k was launched before backward
   ended and before the next gradient was ready" reads the order of events on one thread
   (the autograd engine runs the hooks synchronously on CPU), so it holds however loaded the
