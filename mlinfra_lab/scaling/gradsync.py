@@ -24,8 +24,9 @@ Design decisions:
 - *fork*, not the harness's forkserver: ``attach`` is usually a function defined in a
   notebook, which a fresh process could not import; a forked rank inherits it. The ranks
   use one intra-op thread each and never touch the parent's kernel (results come back
-  through a pipe), so forking a kernel is safe here on Linux (Colab included); macOS
-  forbids forking a process that has started threads, so run the lab on Linux there.
+  through a pipe), so forking a kernel is safe here on Linux (Colab included). On macOS a
+  forked child of a process with threads can crash (why Python spawns there by default):
+  run the lab on Linux.
 - Events are ordered, not only timed: a check that "bucket k was launched before backward
   ended and before the next gradient was ready" reads the order of events on one thread
   (the autograd engine runs the hooks synchronously on CPU), so it holds however loaded the
