@@ -58,6 +58,16 @@ def failing(model: Any, bucket_bytes: int) -> Any:
     return lambda: None
 
 
+def waits_alone(model: Any, bucket_bytes: int) -> Any:
+    """Rank 1 waits for an all-reduce that rank 0 never launches: the job hangs."""
+
+    def finish() -> None:
+        if dist.get_rank() == 1:
+            dist.all_reduce(torch.ones(1), async_op=True).wait()
+
+    return finish
+
+
 def unwritten(model: Any, bucket_bytes: int) -> Any:
     raise NotImplementedError("bucketed_allreduce: write your solution here")
 
@@ -105,6 +115,11 @@ def test_the_ranks_see_different_batches() -> None:
 def test_a_failing_rank_is_named() -> None:
     with pytest.raises(GradSyncError, match="rank 1 of 2 failed: ValueError: rank one's hook"):
         run_grad_sync(failing, 2, 1, widths=WIDTHS, compute_ms=0, timeout_s=30)
+
+
+def test_a_hang_ends_with_a_message_naming_the_ranks_without_a_result() -> None:
+    with pytest.raises(GradSyncError, match=r"ranks \[0, 1\] of 2 returned nothing within 3 s"):
+        run_grad_sync(waits_alone, 2, 1, widths=WIDTHS, compute_ms=0, timeout_s=3)
 
 
 def test_an_unwritten_exercise_stays_not_implemented() -> None:

@@ -345,7 +345,8 @@ def _collect(pipes: list[Any], procs: list[Any], timeout_s: float) -> dict[int, 
             raise GradSyncError(f"rank {r} of {world_size} failed: {text}")
         if time.monotonic() > deadline:
             raise GradSyncError(
-                f"ranks {waiting} of {world_size} made no progress for {timeout_s:g} s: a hook "
+                f"ranks {waiting} of {world_size} returned nothing within {timeout_s:g} s (a rank "
+                "stuck in a collective holds up the others at the next one): a hook "
                 "that waits for an all-reduce the other ranks never launch (a different bucket "
                 "order on each rank?), or a launch with no wait()"
             )
