@@ -24,6 +24,9 @@ The syllabus, in the order the chapter uses it:
   under backward or exposed after it, from the run's own record.
 - `read_counters`, `sample_counters`, `describe_counters`: GPU counters from NVML
   (utilisation, memory, power), with a fallback that says why there is none.
+- `run_grad_sync` -> `RankSync`, `reference_grads`, `sync_after_backward`: a gradient
+  synchronisation of your own (bucketed all-reduce from backward hooks) on N forked gloo
+  ranks over the emulated link, with its gradients and the order of its events.
 - `compression_bench`, `counting_hook`: gradient compression through DDP comm hooks (fp16,
   PowerSGD), measured in bytes handed to the all-reduce.
 """
@@ -51,6 +54,13 @@ from mlinfra_lab.scaling.diagnose import (
     Hypothesis,
     diagnose,
     scaling_efficiency,
+)
+from mlinfra_lab.scaling.gradsync import (
+    GradSyncError,
+    RankSync,
+    reference_grads,
+    run_grad_sync,
+    sync_after_backward,
 )
 from mlinfra_lab.scaling.launch import (
     OversubscribedWarning,
@@ -128,6 +138,11 @@ __all__ = [
     "Fault",
     "FaultSpecError",
     "GpuCounters",
+    "GradSyncError",
+    "RankSync",
+    "reference_grads",
+    "run_grad_sync",
+    "sync_after_backward",
     "Hypothesis",
     "NcclTransport",
     "NvmlUnavailable",
