@@ -22,7 +22,8 @@ The workflow of an instructor, one module per step:
   code, on the values their functions returned: `judge_record` writes them down in the
   student's kernel, `judge_wire` carries them as plain values, `judge_replay` hands them to
   the grader there, `judge_names` says which names a grader takes from the student.
-- `grade`: score each grader cell; `gradebook`: write the CSV and JSON; `manifest`: the
+- `grade`: score each grader cell; `gradebook`: write the CSV and JSON (cells escaped by
+  `formula` against spreadsheet formulas); `manifest`: the
   gradebook's hashes and seal (``grade --verify``); `merge`: join chunked runs (``--merge``).
 - `gradebook_db`: the record those files are views of (``gradebook.sqlite``: runs, manual
   entries, late policies, by student x lab x cell); `views`: `BookSession`, the gradebook

@@ -28,20 +28,25 @@ Design decisions:
   and the late penalty. A student who submitted a lab that could not be graded, or none,
   gets an empty cell for it (an LMS reads that as "no grade", not 0).
 - Cells a spreadsheet would run as a formula are escaped as in the gradebook (`csv_safe`).
+- Canvas takes any row whose first cell contains ``Points Possible`` as the row of maxima
+  (``row[0] =~ /Points Possible/`` in its importer), wherever it sits. Only the export's
+  own second row may: in a student's name the words are joined by a hyphen
+  (``Points-Possible``), matched without regard to case or the spaces between them.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 from .errors import GradingError
+from .formula import csv_safe
 from .grade import GradeReport
-from .gradebook import csv_safe
 from .manifest import atomic_write
 
-__all__ = ["FORMATS", "ExportError", "export_table", "read_roster", "write_export"]
+__all__ = ["FORMATS", "ExportError", "canvas_name", "export_table", "read_roster", "write_export"]
 
 FORMATS = ("canvas", "moodle", "csv")
 CANVAS_IDS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -49,6 +54,8 @@ MOODLE_IDS = ("Username", "ID number", "Email address")
 ROSTER_FIELDS = ("name", "id", "sis_user_id", "sis_login_id", "section", "email", "username", "idnumber")  # fmt: skip
 
 Roster = dict[str, dict[str, str]]
+POINTS_POSSIBLE = "Points Possible"
+_POINTS_POSSIBLE = re.compile(r"(?i)(points)\s*(possible)")
 
 
 class ExportError(GradingError):
@@ -78,6 +85,12 @@ def read_roster(path: Path | str) -> Roster:
         raise ExportError(f"{path}: cannot read the roster ({err})") from None
 
 
+def canvas_name(text: str) -> str:
+    """`text` as a Canvas ``Student`` cell that its importer cannot take for the row of
+    maxima (see the module docstring)."""
+    return _POINTS_POSSIBLE.sub(r"\1-\2", text)
+
+
 def _totals(report: GradeReport) -> tuple[list[str], dict[str, dict[str, float]], dict[str, float]]:
     """(labs in order, student -> lab -> total, lab -> points possible)."""
     labs: dict[str, float] = {}
@@ -104,11 +117,11 @@ def export_table(
     scores = [[_number(totals[s][lab]) if lab in totals[s] else "" for lab in labs] for s in students]  # fmt: skip
     if fmt == "canvas":
         header = [*CANVAS_IDS, *labs]
-        rows: list[list[object]] = [["Points Possible", "", "", "", "", *(_number(possible[lab]) for lab in labs)]]  # fmt: skip
+        rows: list[list[object]] = [[POINTS_POSSIBLE, "", "", "", "", *(_number(possible[lab]) for lab in labs)]]  # fmt: skip
         for s, marks in zip(students, scores, strict=True):
             who = roster.get(s, {})
             rows.append(
-                [who.get("name") or s, who.get("id", ""), who.get("sis_user_id", ""),
+                [canvas_name(who.get("name") or s), who.get("id", ""), who.get("sis_user_id", ""),
                  who.get("sis_login_id") or (s if not who else ""), who.get("section", ""),
                  *marks]
             )  # fmt: skip

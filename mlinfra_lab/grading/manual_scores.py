@@ -21,8 +21,9 @@ Design decisions:
   student's lab (a row naming an auto-graded cell_id with a comment and no points). Both
   are entries in the database, apart from the machine's scores: a regrade never loses one.
   A comment cell left empty keeps the previous comment.
-- Text that a spreadsheet would run as a formula was written with a leading ``'``; the
-  sheet is read back with or without it (spreadsheets drop it when they save).
+- Text that a spreadsheet would run as a formula was written with ``'`` where a cell could
+  begin (`formula.csv_safe`); the sheet is read back with or without it (spreadsheets drop
+  it when they save).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import math
 from pathlib import Path
 
 from .errors import GradingError
+from .formula import csv_unescape
 from .grade import GradeReport
 from .views import BookSession
 
@@ -51,10 +53,6 @@ class ManualScoreError(GradingError):
 
 def _number(x: float) -> float | int:
     return int(x) if float(x).is_integer() else round(x, 4)
-
-
-def _unescape(value: str) -> str:
-    return value[1:] if value.startswith("'") else value
 
 
 def _read_sheet(path: Path) -> list[tuple[int, dict[str, str]]]:
@@ -90,7 +88,7 @@ def sheet_entries(report: GradeReport, sheet: Path) -> list[Entry]:
     entries: list[Entry] = []
     for line, row in _read_sheet(sheet):
         points_text = (row.get("points") or "").strip()
-        comment = _unescape((row.get("comment") or "").strip()) or None
+        comment = csv_unescape((row.get("comment") or "").strip()) or None
         if not points_text and not comment:
             continue  # still pending
         student, lab = row.get("student") or "", row.get("lab") or ""
@@ -98,8 +96,8 @@ def sheet_entries(report: GradeReport, sheet: Path) -> list[Entry]:
         exercise = (row.get("exercise") or "").strip()
         which = f"cell {cell_id}" if cell_id else f"exercise {exercise}"
         keys = [
-            (name, lb, cell_id or "exercise:" + _unescape(exercise))  # as written, then
-            for name, lb in ((student, lab), (_unescape(student), _unescape(lab)))
+            (name, lb, cell_id or "exercise:" + csv_unescape(exercise))  # as written, then
+            for name, lb in ((student, lab), (csv_unescape(student), csv_unescape(lab)))
         ]
         found = next((index[k] for k in keys if k in index), None)  # without the ' escape
         result = report.results[found[0]] if found else None
