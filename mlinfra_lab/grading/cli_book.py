@@ -167,6 +167,8 @@ def _outputs(args: argparse.Namespace, book: BookSession, report: GradeReport) -
                 print(f"{flag}: {len(written) // 2} reports (Markdown and HTML) under {written[0].parent.parent}")  # fmt: skip
             for student, why in skipped:
                 print(f"warning: {flag}: {student!r} skipped: {why}", file=sys.stderr)
+            if skipped:
+                print(f"{flag}: {len(skipped)} skipped (listed above); the others were written")
     if args.export:
         from .export import read_roster, write_export
 

@@ -18,6 +18,15 @@ Design decisions:
   raw HTML block or a new table row (every escaped text sits inside a line, after a
   label or in a table cell, so the marks that matter only at a line's start are left). Messages are those the gradebook holds (made and
   capped by the grader, see `grade`); nothing of the notebook itself is quoted.
+- Markdown renderers also link bare text: GitHub's autolinks (``www.``, ``http://``, an
+  e-mail address) and markdown-it's linkify (any ``name.tld``). Escapes do not stop every
+  renderer, so such text is defanged the way security reports quote addresses: ``://``
+  becomes ``[:]//``, ``www.`` ``www[.]``, ``@`` in an address ``[@]``, the dot before a
+  top-level domain (two letters or a common one) ``[.]``, and ``mailto:`` and other
+  link schemes ``mailto[:]``. The HTML page shows the text as it is (nothing there links).
+- Writing never stops at one student: a report path that cannot be written (a folder a
+  student named like a report, a file where their folder should be) skips that student
+  with the reason, and the next student is written.
 - A student name becomes a folder name only when it is one plain path component (no
   separator, no control character, not ``.`` or ``..``); otherwise that student is skipped
   and named in the returned list. A student folder that is a symbolic link is skipped (it
@@ -41,6 +50,7 @@ from .manual import PENDING
 
 __all__ = [
     "Skipped",
+    "defang",
     "feedback_documents",
     "markdown_escape",
     "release_feedback",
@@ -53,11 +63,27 @@ Skipped = list[tuple[str, str]]  # (student as stored, why)
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|~&])")  # what means something mid-line
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\]")
 _CSP = "default-src 'none'; style-src 'unsafe-inline'"
+_TLDS = "[a-z]{2}|com|net|org|edu|gov|mil|int|info|biz|app|dev|xyz|site|online|top|shop|link"
+_DEFANG = (  # (pattern, replacement): bare text a Markdown renderer would make a link
+    (re.compile(r"://"), "[:]//"),
+    (re.compile(r"(?i)\b(mailto|xmpp|tel|javascript|vbscript|data|file):"), r"\1[:]"),
+    (re.compile(r"(?i)\b(www)\."), r"\1[.]"),
+    (re.compile(r"(?<=[\w.+-])@(?=[\w-]+\.)"), "[@]"),
+    (re.compile(rf"(?i)(?<=[a-z0-9-])\.(?=(?:{_TLDS})(?![\w(-]))"), "[.]"),
+)
+
+
+def defang(text: str) -> str:
+    """`text` with every address a renderer would link broken by brackets (see the module
+    docstring)."""
+    for pattern, replacement in _DEFANG:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def markdown_escape(text: str) -> str:
-    """`text` as literal Markdown on one line (see the module docstring)."""
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    """`text` as literal Markdown on one line, linking nothing (see the module docstring)."""
+    return _MD_SPECIAL.sub(r"\\\1", defang(" ".join(str(text).split())))
 
 
 def safe_component(name: str) -> bool:
@@ -181,11 +207,16 @@ def _write_all(
         if folder.is_symlink():
             skipped.append((student, f"{folder} is a symbolic link; not followed"))
             continue
-        folder.mkdir(parents=True, exist_ok=True)
-        for suffix, text in ((".md", md), (".html", page)):
-            path = folder / (name_of(lab) + suffix)
-            atomic_write(path, text.encode("utf-8"))
-            written.append(path)
+        path = folder
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for suffix, text in ((".md", md), (".html", page)):
+                path = folder / (name_of(lab) + suffix)
+                atomic_write(path, text.encode("utf-8"))
+                written.append(path)
+        except OSError as err:
+            why = err.strerror or type(err).__name__
+            skipped.append((student, f"{path} cannot be written ({why}); move it aside and rerun"))
     return written, skipped
 
 
