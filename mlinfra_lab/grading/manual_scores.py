@@ -21,6 +21,10 @@ Design decisions:
   student's lab (a row naming an auto-graded cell_id with a comment and no points). Both
   are entries in the database, apart from the machine's scores: a regrade never loses one.
   A comment cell left empty keeps the previous comment.
+- A row carries the digest of the answer it showed (``answer_sha256``); a row whose answer
+  was replaced since (a resubmission graded after the sheet was written) is refused, so a
+  mark is never credited to a text it was not given for. A sheet without that column (typed
+  by hand) is bound to the answer the gradebook holds when it is merged.
 - Text that a spreadsheet would run as a formula was written with ``'`` where a cell could
   begin (`formula.csv_safe`); the sheet is read back with or without it (spreadsheets drop
   it when they save).
@@ -36,6 +40,7 @@ from pathlib import Path
 from .errors import GradingError
 from .formula import csv_unescape
 from .grade import GradeReport
+from .manual import answer_digest
 from .views import BookSession
 
 __all__ = [
@@ -107,6 +112,13 @@ def sheet_entries(report: GradeReport, sheet: Path) -> list[Entry]:
                 f"{sheet}:{line}: no written answer of student {student!r} in lab {lab!r} "
                 f"({which}) in this gradebook; copy student, lab and cell_id from manual.csv "
                 "(a cell graded by its tests takes a comment, not points)"
+            )
+        marked = (row.get("answer_sha256") or "").strip()
+        if marked and cell.manual and marked != answer_digest(cell.answer):
+            raise ManualScoreError(
+                f"{sheet}:{line}: the answer of student {student!r} in lab {lab!r} ({which}) "
+                "is not the text this sheet showed (a resubmission was graded since); take "
+                "the new manual.csv and score the new answer there"
             )
         points = None
         if points_text:
