@@ -15,11 +15,12 @@ import io
 import pytest
 
 from mlinfra_lab.cli import main
-from mlinfra_lab.grading.class_summary import summary_rows
+from mlinfra_lab.grading.class_summary import summary_rows, summary_text
 from mlinfra_lab.grading.cli_book import EXPORT_FORMATS
 from mlinfra_lab.grading.export import CANVAS_IDS, FORMATS
 from mlinfra_lab.grading.grade import CellResult, GradeReport, GradeResult
 from mlinfra_lab.grading.gradebook_db import Policy
+from mlinfra_lab.grading.manual import PENDING
 from mlinfra_lab.grading.submissions import SubmissionProblem
 from mlinfra_lab.grading.views import BookSession, store_report
 
@@ -105,3 +106,22 @@ def test_the_class_summary_table_and_picture(gb):
         rows = {(r.lab, r.exercise): r for r in summary_rows(book.report())}
     assert (rows[("00_warmup", "ex0")].count, rows[("00_warmup", "ex0")].full) == (2, 1)
     assert sorted(rows[("00_warmup", "(total)")].points) == [2.0, 3.0]  # late: 4 - 1
+
+
+def test_the_summary_total_row_counts_submissions_not_final():
+    def result(student: str, message: str) -> GradeResult:
+        cells = (
+            CellResult("g0", "ex0", 2.0, 2.0, True, ""),
+            CellResult("w1", "essay", 0.0, 3.0, False, message, True, "text"),
+            CellResult("w2", "essay2", 0.0, 3.0, False, message, True, "text"),
+        )
+        return GradeResult(student, "05_bound", f"{student}.ipynb", cells, "ab" * 32)
+
+    report = GradeReport(
+        (result("ann", PENDING), result("ben", PENDING), result("cy", "graded by hand: 0 / 3")),
+        (),
+    )
+    rows = {r.exercise: r for r in summary_rows(report)}
+    assert (rows["essay"].pending, rows["essay2"].pending) == (2, 2)
+    assert rows["(total)"].pending == 2, "two submissions' totals are not final"
+    assert summary_text(report).splitlines()[-1].split()[-1] == "2"

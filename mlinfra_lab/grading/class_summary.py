@@ -9,7 +9,9 @@ and returns their paths (``grade --summary``).
 
 Design decisions:
 - Written answers still pending count as 0 in the histogram but are counted apart
-  (``pending``), so a half-graded class does not read as a failing one.
+  (``pending``), so a half-graded class does not read as a failing one. On a lab's total
+  row, ``pending`` is the number of submissions whose total is not final yet (one written
+  answer pending or more).
 - The late penalty is not an exercise: it is left out of the per-exercise panels and is
   included in the lab totals, as in the export.
 - The picture is for reading, not for a report: no GUI backend, no fonts to install, one
@@ -60,10 +62,12 @@ def summary_rows(report: GradeReport) -> list[SummaryRow]:
     per: dict[str, dict[str, list]] = {}
     totals: dict[str, list[float]] = {}
     maxima: dict[str, float] = {}
+    unfinished: dict[str, int] = {}  # lab -> submissions with a written answer pending
     for r in report.results:
         totals.setdefault(r.lab, []).append(r.points)
         maxima[r.lab] = max(maxima.get(r.lab, 0.0), r.max_points)
         pending = {c.exercise for c in r.cells if c.manual and c.message.startswith(PENDING)}
+        unfinished[r.lab] = unfinished.get(r.lab, 0) + bool(pending)
         for exercise, (points, max_points, _) in r.exercises().items():
             if exercise == LATE_EXERCISE:
                 continue
@@ -75,7 +79,7 @@ def summary_rows(report: GradeReport) -> list[SummaryRow]:
     for lab in sorted(per):
         for exercise, (points, max_points, pending) in per[lab].items():
             rows.append(_row(lab, exercise, points, max_points, pending))
-        rows.append(_row(lab, "(total)", totals[lab], maxima[lab], 0))
+        rows.append(_row(lab, "(total)", totals[lab], maxima[lab], unfinished[lab]))
     return rows
 
 
