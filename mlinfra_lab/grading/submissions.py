@@ -19,7 +19,10 @@ Naming convention (also in ``mlinfra-lab grade --help``):
   the file name without the lab name and separators (``alice.ipynb``,
   ``alice_00_warmup.ipynb`` -> ``alice``); a file named just after the lab takes the name
   of the folder it is in;
-- a folder argument is searched recursively for ``*.ipynb`` (checkpoints skipped).
+- a folder argument is searched recursively for ``*.ipynb`` (checkpoints skipped);
+- Colab's ``Copy of X.ipynb`` and a browser's ``X (1).ipynb`` read as ``X.ipynb``
+  (`copy_names`), with a note on the submission; two files that then name the same student
+  and lab are a second submission, reported with that reason.
 
 Input hygiene (issue 14):
 - A symbolic link is never followed nor read, whether given or met inside a folder: it is
@@ -45,7 +48,8 @@ Input hygiene (issue 14):
 
 Design decisions:
 - Two files of the same student and lab: the first (a file in that student's collection
-  folder before a flat one, then command-line order) is graded with a note naming the
+  folder before a flat one, a name without a copy mark before one with, then command-line
+  order) is graded with a note naming the
   other, which is reported as a second submission. Both show: a file named after another
   student can no longer take the real one's place silently. The same path given twice is
   graded once; a hard link to a file already read (another path, the same inode) is
@@ -69,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from .budgets import DEFAULT_MAX_BYTES, DEFAULT_MAX_CELLS, file_too_large, too_many_cells
+from .copy_names import describe, original_stem
 from .errors import MarkerError, SourceLabError, SubmissionError
 from .forbid import forbidden_codes
 from .hygiene import printable, safe_student
@@ -376,13 +381,15 @@ def lab_of(nb: Any, path: Path, labs: dict[str, SourceLab]) -> str:
 
 
 def _lab_from_name(path: Path, labs: dict[str, SourceLab]) -> str | None:
-    matches = [name for name in labs if name in path.stem]
+    stem = original_stem(path.stem)[0]
+    matches = [name for name in labs if name in stem]
     return max(matches, key=len) if matches else None
 
 
 def _student(found: _Found, lab: str) -> tuple[str, str | None]:
     """(the student, or None) and, in the folder layout, why the file name disagrees."""
-    named = safe_student(found.path.stem.replace(lab, "").strip(_SEPARATORS))
+    stem = original_stem(found.path.stem)[0]  # Colab's "Copy of X", a browser's "X (1)"
+    named = safe_student(stem.replace(lab, "").strip(_SEPARATORS))
     folder = safe_student(found.folder) if found.folder is not None else None
     if folder is None:
         return named or safe_student(found.home), None
@@ -486,6 +493,9 @@ def _identify(
             problem = str(err)
     if problem is not None:
         return SubmissionProblem(where, problem, student, lab, digest), inode
+    marks = original_stem(path.stem)[1]
+    if marks:
+        notes = (*notes, describe(path.name, marks))
     return Submission(path, student, lab, nb, digest, notes), inode
 
 
@@ -550,7 +560,8 @@ def _settle_duplicates(
     in_folder: set[str],
 ) -> tuple[list[Submission], list[SubmissionProblem]]:
     """Grade one submission per (student, lab): one in the student's collection folder
-    first, else the first given; note the others on it and report them."""
+    first, then one whose name has no copy mark, else the first given; note the others on
+    it and report them."""
     groups: dict[tuple[str, str], list[Submission]] = {}
     for item in items:
         if isinstance(item, Submission):
@@ -558,7 +569,11 @@ def _settle_duplicates(
     keep: dict[int, Submission] = {}
     extra: dict[int, SubmissionProblem] = {}
     for (student, lab), subs in groups.items():
-        first = next((s for s in subs if str(s.path) in in_folder), subs[0])
+        # the student's collection folder first, then a file without a copy mark (so that
+        # "Copy of bob_lab.ipynb" never displaces bob_lab.ipynb), then the order given
+        first = min(
+            subs, key=lambda s: (str(s.path) not in in_folder, bool(original_stem(s.path.stem)[1]))
+        )
         others = [s for s in subs if s is not first]
         kept = first
         if others:
@@ -574,11 +589,18 @@ def _settle_duplicates(
                 ),
             )
         keep[id(first)] = kept
+        copies = any(original_stem(s.path.stem)[1] for s in subs)
+        hint = (
+            " (their names differ only by a Colab 'Copy of' or a browser's '(N)', which "
+            "are read as the same name: keep the file to grade, remove the other)"
+            if copies
+            else ""
+        )
         for s in others:
             extra[id(s)] = SubmissionProblem(
                 str(s.path),
                 f"a second submission of lab '{lab}' by '{student}' (already "
-                f"grading {first.path}, noted there); not graded: if this file is "
+                f"grading {first.path}, noted there){hint}; not graded: if this file is "
                 f"{student}'s and the other is not, remove the other and grade again",
                 student,
                 lab,
