@@ -2,7 +2,8 @@
 
 Contract: `summary_rows(report)` gives, per (lab, exercise), the number of graded
 submissions, the mean, median, minimum and maximum points, and how many scored full marks;
-`summary_text(report)` is that table as plain text (with a total row per lab);
+`summary_text(report)` is that table as plain text (with a total row per lab), then the
+submissions identified but not graded, each with its reason;
 `write_summary(report, out_dir)` writes ``summary.txt`` and ``summary.png`` (a histogram of
 the points of each exercise, one panel each, via matplotlib's Agg backend) into `out_dir`
 and returns their paths (``grade --summary``).
@@ -93,7 +94,7 @@ def summary_text(report: GradeReport) -> str:
              f"{r.median:g}", f"{r.low:g}", f"{r.high:g}", str(r.full), str(r.pending))
         )  # fmt: skip
     widths = [max(len(line[k]) for line in lines) for k in range(len(head))]
-    return (
+    text = (
         "\n".join(
             "  ".join(
                 cell.ljust(w) if k < 2 else cell.rjust(w)
@@ -103,6 +104,15 @@ def summary_text(report: GradeReport) -> str:
         )
         + "\n"
     )
+    graded = {(r.student, r.lab) for r in report.results}
+    refused = sorted(
+        {(p.student, p.lab): p.message for p in report.problems
+         if p.student and p.lab and (p.student, p.lab) not in graded}.items()
+    )  # fmt: skip
+    if refused:
+        text += f"\nnot graded ({len(refused)}; the gradebook rows say why):\n"
+        text += "".join(f"  {student}  {lab}: {why}\n" for (student, lab), why in refused)
+    return text
 
 
 def write_summary(report: GradeReport, out_dir: Path | str) -> list[Path]:

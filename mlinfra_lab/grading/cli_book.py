@@ -149,7 +149,9 @@ def _outputs(args: argparse.Namespace, book: BookSession, report: GradeReport) -
     times = {(s.student, s.lab): s.submitted_at for s in book.state.submissions}
     out = Path(args.out)
     if args.feedback or args.release_feedback:
-        from .feedback import release_feedback, write_feedback
+        from .feedback import refused, release_feedback, write_feedback
+
+        not_graded = refused(report)
 
         for flag, (written, skipped) in (
             (
@@ -165,6 +167,8 @@ def _outputs(args: argparse.Namespace, book: BookSession, report: GradeReport) -
         ):
             if written:
                 print(f"{flag}: {len(written) // 2} reports (Markdown and HTML) under {written[0].parent.parent}")  # fmt: skip
+                for student, lab in sorted(not_graded):
+                    print(f"{flag}: {student!r} {lab}: not graded, the report says why")
             for student, why in skipped:
                 print(f"warning: {flag}: {student!r} skipped: {why}", file=sys.stderr)
             if skipped:

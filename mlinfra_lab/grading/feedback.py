@@ -32,6 +32,10 @@ Design decisions:
   and named in the returned list. A student folder that is a symbolic link is skipped (it
   could point anywhere); each file is replaced atomically, so a link planted in place of a
   report is replaced, never followed.
+- A submission that was identified (student and lab) but refused (a malformed file, a
+  second file, over a budget) gets a report too, "not graded" with the reason, so the
+  student learns it before the deadline passes; paths in the reason are cut to file
+  names (the instructor's folders are not the student's business).
 - The pending note of a written answer reads "not graded yet" for the student, not the
   instructor's "see manual.csv".
 """
@@ -52,6 +56,7 @@ __all__ = [
     "Skipped",
     "defang",
     "feedback_documents",
+    "refused",
     "markdown_escape",
     "release_feedback",
     "safe_component",
@@ -178,18 +183,66 @@ Total: <strong>{e(_number(result.points))} / {e(_number(result.max_points))}</st
 """
 
 
+def refused(report: GradeReport) -> dict[tuple[str, str], str]:
+    """(student, lab) -> why, for each identified submission that was not graded (and has
+    no grade standing), every path in the reason cut to its file name."""
+    graded = {(r.student, r.lab) for r in report.results}
+    paths = sorted(
+        {r.submission for r in report.results} | {p.path for p in report.problems}, key=len
+    )
+    why: dict[tuple[str, str], list[str]] = {}
+    for p in report.problems:
+        if p.student and p.lab and (p.student, p.lab) not in graded:
+            message = p.message
+            for path in reversed(paths):  # longest first, so no path is cut inside another
+                message = message.replace(path, Path(path).name)
+            why.setdefault((p.student, p.lab), []).append(f"{Path(p.path).name}: {message}")
+    return {key: "; ".join(reasons) for key, reasons in why.items()}
+
+
+def _refused_markdown(student: str, lab: str, why: str) -> str:
+    return (
+        f"# Feedback: {markdown_escape(lab)}\n\n- Student: {markdown_escape(student)}\n"
+        f"- Total: **not graded**\n\nYour submission could not be graded: "
+        f"{markdown_escape(why)}\n\nAsk your instructor what to do next.\n"
+    )
+
+
+def _refused_html(student: str, lab: str, why: str) -> str:
+    e = html.escape
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{_CSP}">
+<title>Feedback: {e(lab)}: {e(student)}</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}</style>
+</head><body>
+<h1>Feedback: {e(lab)}</h1>
+<p>Student: {e(student)}<br>Total: <strong>not graded</strong></p>
+<p>Your submission could not be graded: {e(why)}</p>
+<p>Ask your instructor what to do next.</p>
+</body></html>
+"""
+
+
 def feedback_documents(
     report: GradeReport, comments: Comments | None = None, times: Times | None = None
 ) -> dict[tuple[str, str], tuple[str, str]]:
-    """(student, lab) -> (Markdown, HTML) of each graded submission's report."""
+    """(student, lab) -> (Markdown, HTML) of each graded submission's report, and of each
+    identified submission that was refused (`refused`: it says why)."""
     comments, times = comments or {}, times or {}
-    return {
+    docs = {
         (r.student, r.lab): (
             _markdown(r, comments, times.get((r.student, r.lab))),
             _html(r, comments, times.get((r.student, r.lab))),
         )
         for r in report.results
     }
+    for (student, lab), why in refused(report).items():
+        docs[(student, lab)] = (
+            _refused_markdown(student, lab, why),
+            _refused_html(student, lab, why),
+        )
+    return docs
 
 
 def _write_all(
