@@ -40,7 +40,9 @@ Input hygiene (issue 14):
   every `SubmissionProblem` field passes `hygiene.printable`: a terminal escape in a file
   name reaches neither the console nor the gradebook.
 - Budgets (see `budgets`): a file over ``max_bytes`` is refused before it is read, a
-  notebook over ``max_cells`` cells after it is parsed.
+  notebook over ``max_cells`` cells after it is parsed. Between the two, its JSON's shape
+  (how many values, how deep) is checked in one bounded pass before it is parsed
+  (`json_budget`): a small file of millions of tiny objects costs only its own row.
 - A notebook older than nbformat 4 is upgraded (nbformat's own converter); the upgrade
   gives new random cell ids, so grader and read-only cells get their source id back from
   the checksum the release wrote in their metadata. One without those checksums is
@@ -77,6 +79,7 @@ from .copy_names import describe, original_stem
 from .errors import MarkerError, SourceLabError, SubmissionError
 from .forbid import forbidden_codes
 from .hygiene import printable, safe_student
+from .json_budget import json_too_complex
 from .manual import ManualCell, manual_cells
 from .markers import GraderCell, ReadonlyCell, grader_cells, readonly_cells
 from .release import LAB_METADATA_KEY, lab_notebooks, read_notebook
@@ -332,6 +335,9 @@ def _parse(data: bytes) -> tuple[Any, int]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise SubmissionError(f"{unreadable} (not UTF-8 text)") from err
+    too_complex = json_too_complex(text)  # before any parser builds the objects
+    if too_complex:
+        raise SubmissionError(too_complex)
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
