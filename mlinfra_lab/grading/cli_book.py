@@ -148,6 +148,7 @@ def _outputs(args: argparse.Namespace, book: BookSession, report: GradeReport) -
     assert book.state is not None
     times = {(s.student, s.lab): s.submitted_at for s in book.state.submissions}
     out = Path(args.out)
+    sealed: list[Path] = []  # what this command wrote into the gradebook folder
     if args.feedback or args.release_feedback:
         from .feedback import refused, release_feedback, write_feedback
 
@@ -165,6 +166,8 @@ def _outputs(args: argparse.Namespace, book: BookSession, report: GradeReport) -
                 else ([], []),
             ),  # fmt: skip
         ):
+            if flag == "--feedback":
+                sealed += written
             if written:
                 print(f"{flag}: {len(written) // 2} reports (Markdown and HTML) under {written[0].parent.parent}")  # fmt: skip
                 for student, lab in sorted(not_graded):
@@ -178,11 +181,18 @@ def _outputs(args: argparse.Namespace, book: BookSession, report: GradeReport) -
 
         roster = read_roster(args.roster) if args.roster else None
         for fmt in args.export:
-            print(f"--export {fmt}: {write_export(report, fmt, out / f'export-{fmt}.csv', roster)}")  # fmt: skip
+            sealed.append(write_export(report, fmt, out / f"export-{fmt}.csv", roster))
+            print(f"--export {fmt}: {sealed[-1]}")
     if args.summary:
         from .class_summary import write_summary
 
-        print("--summary: " + " and ".join(str(p) for p in write_summary(report, out)))
+        summary = write_summary(report, out)
+        sealed += summary
+        print("--summary: " + " and ".join(str(p) for p in summary))
+    if sealed:
+        from .manifest import seal_outputs
+
+        seal_outputs(out, book.secret, sealed)
 
 
 def grade_run(args: argparse.Namespace, config: ExecutionConfig, secret: str) -> GradeReport:
