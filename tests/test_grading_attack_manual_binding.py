@@ -135,3 +135,20 @@ def test_a_schema_1_gradebook_is_migrated_and_its_marks_still_count(tmp_path):
         state = book.state()
     assert state.manual[("ann", LAB, "answer-bound")].points == 2
     assert state.history[0]["current"] and SCHEMA_VERSION == "2"
+
+
+def test_merging_the_written_back_sheet_again_credits_nobody_anew(tmp_path):
+    gb = tmp_path / "gb"
+    with BookSession(gb, SECRET, create=True) as book:
+        store_report(book.db, _report(_result("ann", ANN)), command="grade", by="t")
+        book.commit()
+    scores = tmp_path / "scores.csv"
+    _scores(scores, _rows(gb / "manual.csv"), {"ann": "2"})
+    assert _cli(["grade", "--secret", SECRET, "--manual", str(scores), "--out", str(gb), "--by", "ta-ana"])[0] == 0  # fmt: skip
+    again = _rows(gb / "manual.csv")  # the sheet as grading wrote it back: ann's 2 in it
+    _scores(scores, again, {"ann": "2"})
+    assert _cli(["grade", "--secret", SECRET, "--manual", str(scores), "--out", str(gb), "--by", "ta-bob"])[0] == 0  # fmt: skip
+    _scores(scores, again, {"ann": "2.5"})  # a real change is stored, and credited
+    assert _cli(["grade", "--secret", SECRET, "--manual", str(scores), "--out", str(gb), "--by", "ta-bob"])[0] == 0  # fmt: skip
+    history = json.loads((gb / "gradebook.json").read_text())["record"]["manual_entries"]
+    assert [(h["by"], h["points"]) for h in history] == [("ta-ana", 2), ("ta-bob", 2.5)]

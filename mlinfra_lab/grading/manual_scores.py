@@ -25,6 +25,10 @@ Design decisions:
   was replaced since (a resubmission graded after the sheet was written) is refused, so a
   mark is never credited to a text it was not given for. A sheet without that column (typed
   by hand) is bound to the answer the gradebook holds when it is merged.
+- Only what changed is stored: the sheet grading writes carries the points and comments
+  already merged, so a sheet written back and merged again would otherwise store every
+  mark anew under the new ``--by``, and the history would credit it to the wrong grader.
+  A value equal to the gradebook's current one is left out.
 - Text that a spreadsheet would run as a formula was written with ``'`` where a cell could
   begin (`formula.csv_safe`); the sheet is read back with or without it (spreadsheets drop
   it when they save).
@@ -40,6 +44,7 @@ from pathlib import Path
 from .errors import GradingError
 from .formula import csv_unescape
 from .grade import GradeReport
+from .gradebook_db import ManualEntry
 from .manual import answer_digest
 from .views import BookSession
 
@@ -135,6 +140,19 @@ def sheet_entries(report: GradeReport, sheet: Path) -> list[Entry]:
     return entries
 
 
+def _changes(entries: list[Entry], current: dict[tuple[str, str, str], ManualEntry]) -> list[Entry]:  # fmt: skip
+    """`entries` less what the gradebook already holds: a points or comment value equal to
+    the current one becomes None, so a sheet merged again credits nobody anew."""
+    changed: list[Entry] = []
+    for student, lab, cell_id, points, comment in entries:
+        was = current.get((student, lab, cell_id))
+        if was is not None:
+            points = None if points == was.points else points
+            comment = None if comment is not None and comment == was.comment else comment
+        changed.append((student, lab, cell_id, points, comment))
+    return changed
+
+
 def merge_manual_scores(
     gradebook_dir: Path | str, scores_csv: Path | str, secret: str, by: str | None = None
 ) -> tuple[GradeReport, int]:
@@ -144,6 +162,8 @@ def merge_manual_scores(
     in_place = sheet.resolve() == (folder / "manual.csv").resolve()  # filled in where it lay
     with BookSession(folder, secret, filled_in=in_place) as book:
         entries = sheet_entries(book.report(), sheet)
+        assert book.state is not None
+        entries = _changes(entries, book.state.manual)
         stored = book.db.add_manual(entries, by=by or getpass.getuser(), sheet=str(sheet))
         report = book.commit()
     return report, stored
