@@ -118,6 +118,13 @@ def add_book_flags(grade: argparse.ArgumentParser) -> None:
     )
     grade.add_argument("--roster", metavar="CSV", help="student -> LMS identifiers, for --export")
     grade.add_argument(
+        "--canvas-column",
+        action="append",
+        metavar="LAB=TITLE (ID)",
+        help="the Canvas export's column for LAB: an existing assignment's 'Title (id)', so "
+        "the import updates it instead of creating one (repeatable)",
+    )
+    grade.add_argument(
         "--summary", action="store_true", help="write the class summary (text and histograms)"
     )
 
@@ -177,11 +184,12 @@ def _outputs(args: argparse.Namespace, book: BookSession, report: GradeReport) -
             if skipped:
                 print(f"{flag}: {len(skipped)} skipped (listed above); the others were written")
     if args.export:
-        from .export import read_roster, write_export
+        from .export import canvas_columns, read_roster, write_export
 
         roster = read_roster(args.roster) if args.roster else None
+        columns = canvas_columns(args.canvas_column or ())
         for fmt in args.export:
-            sealed.append(write_export(report, fmt, out / f"export-{fmt}.csv", roster))
+            sealed.append(write_export(report, fmt, out / f"export-{fmt}.csv", roster, columns))
             print(f"--export {fmt}: {sealed[-1]}")
     if args.summary:
         from .class_summary import write_summary
