@@ -22,8 +22,8 @@ Design decisions:
   e-mail address) and markdown-it's linkify (any ``name.tld``). Escapes do not stop every
   renderer, so such text is defanged the way security reports quote addresses: ``://``
   becomes ``[:]//``, ``www.`` ``www[.]``, ``@`` in an address ``[@]``, the dot before a
-  top-level domain (two letters or a common one) ``[.]``, and ``mailto:`` and other
-  link schemes ``mailto[:]``. The HTML page shows the text as it is (nothing there links).
+  top-level domain (two letters or a common one) ``[.]``, and ``mailto:`` and
+  ``xmpp:`` ``mailto[:]``. The HTML page shows the text as it is (nothing there links).
 - Writing never stops at one student: a report path that cannot be written (a folder a
   student named like a report, a file where their folder should be) skips that student
   with the reason, and the next student is written.
@@ -71,7 +71,7 @@ _CSP = "default-src 'none'; style-src 'unsafe-inline'"
 _TLDS = "[a-z]{2}|com|net|org|edu|gov|mil|int|info|biz|app|dev|xyz|site|online|top|shop|link"
 _DEFANG = (  # (pattern, replacement): bare text a Markdown renderer would make a link
     (re.compile(r"://"), "[:]//"),
-    (re.compile(r"(?i)\b(mailto|xmpp|tel|javascript|vbscript|data|file):"), r"\1[:]"),
+    (re.compile(r"(?i)\b(mailto|xmpp):"), r"\1[:]"),
     (re.compile(r"(?i)\b(www)\."), r"\1[.]"),
     (re.compile(r"(?<=[\w.+-])@(?=[\w-]+\.)"), "[@]"),
     (re.compile(rf"(?i)(?<=[a-z0-9-])\.(?=(?:{_TLDS})(?![\w(-]))"), "[.]"),
