@@ -15,11 +15,12 @@ import io
 import pytest
 
 from mlinfra_lab.cli import main
-from mlinfra_lab.grading.class_summary import summary_rows
+from mlinfra_lab.grading.class_summary import summary_rows, summary_text
 from mlinfra_lab.grading.cli_book import EXPORT_FORMATS
 from mlinfra_lab.grading.export import CANVAS_IDS, FORMATS
 from mlinfra_lab.grading.grade import CellResult, GradeReport, GradeResult
 from mlinfra_lab.grading.gradebook_db import Policy
+from mlinfra_lab.grading.manual import PENDING
 from mlinfra_lab.grading.submissions import SubmissionProblem
 from mlinfra_lab.grading.views import BookSession, store_report
 
@@ -70,7 +71,10 @@ def _read(path) -> list[list[str]]:
 
 def test_canvas_export_has_its_columns_points_possible_and_one_row_per_student(gb, tmp_path):
     roster = tmp_path / "roster.csv"
-    roster.write_text('student,name,id,sis_login_id,section\nann,"Lee, Ann",1001,alee,S1\n')
+    roster.write_text(
+        'student,name,id,sis_login_id,section\nann,"Lee, Ann",1001,alee,S1\n'
+        "=bad,,,=bad,\ncy,,,cy,\n"  # every student of the gradebook (a partial one is refused)
+    )
     code, err = _cli(["grade", "--secret", SECRET, "--out", str(gb), "--export", "canvas", "--roster", str(roster)])  # fmt: skip
     assert code == 0, err
     rows = _read(gb / "export-canvas.csv")
@@ -105,3 +109,56 @@ def test_the_class_summary_table_and_picture(gb):
         rows = {(r.lab, r.exercise): r for r in summary_rows(book.report())}
     assert (rows[("00_warmup", "ex0")].count, rows[("00_warmup", "ex0")].full) == (2, 1)
     assert sorted(rows[("00_warmup", "(total)")].points) == [2.0, 3.0]  # late: 4 - 1
+
+
+def test_the_summary_total_row_counts_submissions_not_final():
+    def result(student: str, message: str) -> GradeResult:
+        cells = (
+            CellResult("g0", "ex0", 2.0, 2.0, True, ""),
+            CellResult("w1", "essay", 0.0, 3.0, False, message, True, "text"),
+            CellResult("w2", "essay2", 0.0, 3.0, False, message, True, "text"),
+        )
+        return GradeResult(student, "05_bound", f"{student}.ipynb", cells, "ab" * 32)
+
+    report = GradeReport(
+        (result("ann", PENDING), result("ben", PENDING), result("cy", "graded by hand: 0 / 3")),
+        (),
+    )
+    rows = {r.exercise: r for r in summary_rows(report)}
+    assert (rows["essay"].pending, rows["essay2"].pending) == (2, 2)
+    assert rows["(total)"].pending == 2, "two submissions' totals are not final"
+    assert summary_text(report).splitlines()[-1].split()[-1] == "2"
+
+
+def test_a_partial_roster_is_refused_naming_who_is_missing(gb, tmp_path):
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student,sis_login_id\nann,alee\n")
+    code, err = _cli(["grade", "--secret", SECRET, "--out", str(gb), "--export", "canvas", "--roster", str(roster)])  # fmt: skip
+    assert code == 2 and "2 students of the gradebook are not in the roster" in err, err
+    assert "=bad" in err and "cy" in err and not (gb / "export-canvas.csv").exists()
+
+
+def test_canvas_own_gradebook_export_is_a_roster(gb, tmp_path):
+    roster = tmp_path / "canvas.csv"
+    roster.write_text(
+        "Student,ID,SIS User ID,SIS Login ID,Section,Lab 0 (41)\n"
+        "    Points Possible,,,,,4\n"
+        '"Lee, Ann",1001,S-1,ann,S1,\n"Bad, Eve",1002,S-2,=bad,S1,\n"Cy, Jo",1003,,cy,S2,\n'
+        '"Student, Test",9999,,test,S1,\n'
+    )
+    code, err = _cli(["grade", "--secret", SECRET, "--out", str(gb), "--export", "canvas", "--roster", str(roster)])  # fmt: skip
+    assert code == 0, err
+    body = {r[3]: r for r in _read(gb / "export-canvas.csv")[2:]}
+    assert body["ann"][:5] == ["Lee, Ann", "1001", "S-1", "ann", "S1"]
+    assert body["'=bad"][:3] == ["Bad, Eve", "1002", "S-2"] and set(body) == {"ann", "'=bad", "cy"}
+
+
+def test_a_canvas_column_can_name_an_existing_assignment(gb):
+    argv = ["grade", "--secret", SECRET, "--out", str(gb), "--export", "canvas"]
+    code, err = _cli([*argv, "--canvas-column", "00_warmup=Lab 0: warm-up (4172)"])
+    assert code == 0, err
+    assert _read(gb / "export-canvas.csv")[0][5:] == ["Lab 0: warm-up (4172)", "02_scaling"]
+    code, err = _cli([*argv, "--canvas-column", "00_warmup=Lab 0"])
+    assert code == 2 and "LAB=Title (id)" in err
+    code, err = _cli([*argv, "--canvas-column", "nolab=X (1)"])
+    assert code == 2 and "no lab nolab" in err

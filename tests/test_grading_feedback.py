@@ -73,7 +73,7 @@ def test_a_report_has_points_messages_and_comments_escaped(gb):
         assert "<script>" not in text and "<b>cite" not in text, "nothing raw gets through"
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&lt;b&gt;cite&lt;/b&gt;" in page and "see *lecture* 3 | slide 4" in page
-    assert "\\<script\\>" in md and "\\[x\\](http://evil)" in md and "\\| row" in md
+    assert "\\<script\\>" in md and "\\[x\\](http\\[:\\]//evil)" in md and "\\| row" in md
     table = [line for line in md.splitlines() if line.startswith("| lse")]
     assert len(table) == 1 and table[0].count(" | ") == 4, "a message cannot add a column"
     ben = (gb / "feedback" / "ben" / "00_warmup.md").read_text()

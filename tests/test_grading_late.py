@@ -16,7 +16,13 @@ import pytest
 from mlinfra_lab.cli import main
 from mlinfra_lab.grading.grade import CellResult, GradeReport, GradeResult
 from mlinfra_lab.grading.gradebook_db import Policy
-from mlinfra_lab.grading.late import LatePolicyError, late_penalty, parse_due, submission_time
+from mlinfra_lab.grading.late import (
+    LatePolicyError,
+    late_penalty,
+    lateness,
+    parse_due,
+    submission_time,
+)
 from mlinfra_lab.grading.manifest import verify_gradebook
 from mlinfra_lab.grading.views import BookSession, store_report
 
@@ -107,3 +113,14 @@ def test_a_deadline_reprices_the_stored_gradebook_without_regrading(tmp_path):
     assert verify_gradebook(gb, SECRET).ok
     code, err = _cli(["grade", "--secret", SECRET, "--out", str(gb), "--due", "nolab=2026-12-01"])
     assert code == 2 and "no lab 'nolab'" in err
+
+
+def test_the_message_says_how_late_not_only_the_days_counted():
+    policy = Policy("00_warmup", "2026-12-01T12:00:00+00:00", 10.0, 100.0)
+    penalty = late_penalty(4.0, "2026-12-01T12:31:00+00:00", policy)
+    assert penalty is not None and penalty.days == 1 and penalty.points == pytest.approx(0.4)
+    text = penalty.message(policy)
+    assert text.startswith("submitted 31 minutes late") and "submitted 1 day" not in text
+    assert "counted 1 day late" in text
+    assert lateness(59) == "less than a minute" and lateness(3600 * 5 + 120) == "5 hours 2 minutes"
+    assert lateness(86400 * 2 + 3600 * 3 + 60) == "2 days 3 hours" and lateness(86400) == "1 day"

@@ -218,3 +218,47 @@ def test_submissions_are_matched_to_a_lab_and_named_after_the_student(tmp_path):
     assert sorted(Path(p.path).name for p in problems) == ["carol.ipynb", "dave.ipynb"]
     assert any("cannot tell which lab" in p.message for p in problems)
     assert any("a second submission" in p.message for p in problems)
+
+
+def test_a_reworded_grader_is_an_older_release_not_a_student_edit(tmp_path):
+    """The instructor rewords a grader's message after release and regrades: a submission
+    made from the earlier release differs from the current visible text, but the student
+    edited nothing, and the gradebook must not say they did."""
+    old = "assert double(2) == 4, 'double(2) should be 4'"
+    new = "assert double(2) == 4, 'double(2) must return 4 (twice its argument)'"
+    before = load_source_labs(_tiny_lab(tmp_path / "v1" / "tiny.ipynb", {"g": old}))["tiny"]
+    after = load_source_labs(_tiny_lab(tmp_path / "v2" / "tiny.ipynb", {"g": new}))["tiny"]
+    honest = release_node(before.notebook, "tiny")  # as handed out, untouched
+    _, notes = restore_graders(honest, after)
+    assert notes["g"].status == "as released" and notes["g"].older_release
+    assert "edited" not in notes["g"].message and "older release" in notes["g"].message
+    cheat = release_node(after.notebook, "tiny")  # the current release, grader rewritten
+    _cell(cheat, "g").source = "pass"
+    _, notes = restore_graders(cheat, after)
+    assert notes["g"].status == "edited" and "was edited" in notes["g"].message
+
+
+def test_a_forced_regrade_after_rewording_a_grader_says_no_student_edited_it(tmp_path):
+    """The whole flow: release v1, grade, reword the grader in the source, ``--force``."""
+    import contextlib
+    import io
+    import json
+
+    old = "assert double(2) == 4, 'double(2) should be 4'"
+    source = _tiny_lab(tmp_path / "labs" / "tiny.ipynb", {"g": old})
+    released = release_node(load_source_labs(source)["tiny"].notebook, "tiny")
+    for student, body in (("ann", "return 2 * x"), ("eve", "return x")):
+        nb = nbformat.from_dict(released)
+        _cell(nb, "solution").source = f"def double(x):\n    {body}"
+        (tmp_path / "subs" / student).mkdir(parents=True)
+        nbformat.write(nb, str(tmp_path / "subs" / student / "tiny.ipynb"))
+    argv = ["grade", str(tmp_path / "subs"), "--source", str(source), "--out", str(tmp_path / "gb")]  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main([*argv, "--feedback"]) == 0
+        _tiny_lab(source, {"g": old.replace("should be 4", "must return 4 (twice x)")})
+        assert main([*argv, "--force", "--feedback"]) == 0
+    rows = json.loads((tmp_path / "gb" / "gradebook.json").read_text())["rows"]
+    assert {r["student"]: r["points"] for r in rows} == {"ann": 1, "eve": 0}
+    assert all("edited" not in r["message"] for r in rows), rows
+    assert all("older release" in r["message"] for r in rows)
+    assert "edited" not in (tmp_path / "gb" / "feedback" / "eve" / "tiny.md").read_text()

@@ -6,7 +6,9 @@ The workflow of an instructor, one module per step:
 - `variants`: the ``wrong-answer`` cells a lab keeps, and the notebooks that try them.
 - `release`: the student version (solutions stubbed, hidden tests and wrong answers removed,
   read-only cells locked, outputs cleared).
-- `submissions`: the source labs, and which lab and student each submitted notebook is.
+- `submissions`: the source labs, and which lab and student each submitted notebook is
+  (`copy_names`: Colab's and browsers' copy names; `json_budget`: a notebook's JSON shape
+  checked before it is parsed).
 - `restore`: put the source graders (hidden tests included) and read-only cells back into a
   submission by id.
 - `forbid`: the guard a grader with ``forbid`` metadata runs under: no calling the course's
@@ -22,8 +24,8 @@ The workflow of an instructor, one module per step:
   code, on the values their functions returned: `judge_record` writes them down in the
   student's kernel, `judge_wire` carries them as plain values, `judge_replay` hands them to
   the grader there, `judge_names` says which names a grader takes from the student.
-- `grade`: score each grader cell; `gradebook`: write the CSV and JSON; `manifest`: the
-  gradebook's hashes and seal (``grade --verify``); `merge`: join chunked runs (``--merge``).
+- `grade`: score each grader cell; `gradebook`: write the CSV and JSON (cells escaped by
+  `formula` against spreadsheet formulas); `manifest`: the gradebook's hashes and seal (``grade --verify``); `merge`: join chunked runs (``--merge``).
 - `gradebook_db`: the record those files are views of (``gradebook.sqlite``: runs, manual
   entries, late policies, by student x lab x cell); `views`: `BookSession`, the gradebook
   folder opened verified, changed and rewritten; `regrade`: ``grade --student``/``--force``

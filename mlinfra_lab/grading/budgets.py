@@ -9,6 +9,8 @@ sandbox that starts the kernels (`sandbox`, `kernel_runner`) both use it.
 The budgets, and what an overrun does (the batch always goes on):
 - file size (`DEFAULT_MAX_BYTES`) and cell count (`DEFAULT_MAX_CELLS`): checked before
   anything runs; the submission is not graded, with one line saying which limit and flag.
+  Between the two, the JSON's shape (`json_budget`: values and depth) is checked before
+  the grading process parses the file.
 - memory (`DEFAULT_MEMORY_LIMIT`): ``RLIMIT_AS`` (address space) set on each kernel as the
   sandbox starts it, and inherited by every process it starts. An allocation past it raises
   ``MemoryError`` in the student's cell, which then fails like any error; the kernel lives

@@ -2,14 +2,17 @@
 
 Contract: `summary_rows(report)` gives, per (lab, exercise), the number of graded
 submissions, the mean, median, minimum and maximum points, and how many scored full marks;
-`summary_text(report)` is that table as plain text (with a total row per lab);
+`summary_text(report)` is that table as plain text (with a total row per lab), then the
+submissions identified but not graded, each with its reason;
 `write_summary(report, out_dir)` writes ``summary.txt`` and ``summary.png`` (a histogram of
 the points of each exercise, one panel each, via matplotlib's Agg backend) into `out_dir`
 and returns their paths (``grade --summary``).
 
 Design decisions:
 - Written answers still pending count as 0 in the histogram but are counted apart
-  (``pending``), so a half-graded class does not read as a failing one.
+  (``pending``), so a half-graded class does not read as a failing one. On a lab's total
+  row, ``pending`` is the number of submissions whose total is not final yet (one written
+  answer pending or more).
 - The late penalty is not an exercise: it is left out of the per-exercise panels and is
   included in the lab totals, as in the export.
 - The picture is for reading, not for a report: no GUI backend, no fonts to install, one
@@ -60,10 +63,12 @@ def summary_rows(report: GradeReport) -> list[SummaryRow]:
     per: dict[str, dict[str, list]] = {}
     totals: dict[str, list[float]] = {}
     maxima: dict[str, float] = {}
+    unfinished: dict[str, int] = {}  # lab -> submissions with a written answer pending
     for r in report.results:
         totals.setdefault(r.lab, []).append(r.points)
         maxima[r.lab] = max(maxima.get(r.lab, 0.0), r.max_points)
         pending = {c.exercise for c in r.cells if c.manual and c.message.startswith(PENDING)}
+        unfinished[r.lab] = unfinished.get(r.lab, 0) + bool(pending)
         for exercise, (points, max_points, _) in r.exercises().items():
             if exercise == LATE_EXERCISE:
                 continue
@@ -75,7 +80,7 @@ def summary_rows(report: GradeReport) -> list[SummaryRow]:
     for lab in sorted(per):
         for exercise, (points, max_points, pending) in per[lab].items():
             rows.append(_row(lab, exercise, points, max_points, pending))
-        rows.append(_row(lab, "(total)", totals[lab], maxima[lab], 0))
+        rows.append(_row(lab, "(total)", totals[lab], maxima[lab], unfinished[lab]))
     return rows
 
 
@@ -89,7 +94,7 @@ def summary_text(report: GradeReport) -> str:
              f"{r.median:g}", f"{r.low:g}", f"{r.high:g}", str(r.full), str(r.pending))
         )  # fmt: skip
     widths = [max(len(line[k]) for line in lines) for k in range(len(head))]
-    return (
+    text = (
         "\n".join(
             "  ".join(
                 cell.ljust(w) if k < 2 else cell.rjust(w)
@@ -99,6 +104,15 @@ def summary_text(report: GradeReport) -> str:
         )
         + "\n"
     )
+    graded = {(r.student, r.lab) for r in report.results}
+    refused = sorted(
+        {(p.student, p.lab): p.message for p in report.problems
+         if p.student and p.lab and (p.student, p.lab) not in graded}.items()
+    )  # fmt: skip
+    if refused:
+        text += f"\nnot graded ({len(refused)}; the gradebook rows say why):\n"
+        text += "".join(f"  {student}  {lab}: {why}\n" for (student, lab), why in refused)
+    return text
 
 
 def write_summary(report: GradeReport, out_dir: Path | str) -> list[Path]:

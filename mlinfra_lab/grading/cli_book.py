@@ -118,6 +118,13 @@ def add_book_flags(grade: argparse.ArgumentParser) -> None:
     )
     grade.add_argument("--roster", metavar="CSV", help="student -> LMS identifiers, for --export")
     grade.add_argument(
+        "--canvas-column",
+        action="append",
+        metavar="LAB=TITLE (ID)",
+        help="the Canvas export's column for LAB: an existing assignment's 'Title (id)', so "
+        "the import updates it instead of creating one (repeatable)",
+    )
+    grade.add_argument(
         "--summary", action="store_true", help="write the class summary (text and histograms)"
     )
 
@@ -148,8 +155,11 @@ def _outputs(args: argparse.Namespace, book: BookSession, report: GradeReport) -
     assert book.state is not None
     times = {(s.student, s.lab): s.submitted_at for s in book.state.submissions}
     out = Path(args.out)
+    sealed: list[Path] = []  # what this command wrote into the gradebook folder
     if args.feedback or args.release_feedback:
-        from .feedback import release_feedback, write_feedback
+        from .feedback import refused, release_feedback, write_feedback
+
+        not_graded = refused(report)
 
         for flag, (written, skipped) in (
             (
@@ -163,20 +173,34 @@ def _outputs(args: argparse.Namespace, book: BookSession, report: GradeReport) -
                 else ([], []),
             ),  # fmt: skip
         ):
+            if flag == "--feedback":
+                sealed += written
             if written:
                 print(f"{flag}: {len(written) // 2} reports (Markdown and HTML) under {written[0].parent.parent}")  # fmt: skip
+                for student, lab in sorted(not_graded):
+                    print(f"{flag}: {student!r} {lab}: not graded, the report says why")
             for student, why in skipped:
                 print(f"warning: {flag}: {student!r} skipped: {why}", file=sys.stderr)
+            if skipped:
+                print(f"{flag}: {len(skipped)} skipped (listed above); the others were written")
     if args.export:
-        from .export import read_roster, write_export
+        from .export import canvas_columns, read_roster, write_export
 
         roster = read_roster(args.roster) if args.roster else None
+        columns = canvas_columns(args.canvas_column or ())
         for fmt in args.export:
-            print(f"--export {fmt}: {write_export(report, fmt, out / f'export-{fmt}.csv', roster)}")  # fmt: skip
+            sealed.append(write_export(report, fmt, out / f"export-{fmt}.csv", roster, columns))
+            print(f"--export {fmt}: {sealed[-1]}")
     if args.summary:
         from .class_summary import write_summary
 
-        print("--summary: " + " and ".join(str(p) for p in write_summary(report, out)))
+        summary = write_summary(report, out)
+        sealed += summary
+        print("--summary: " + " and ".join(str(p) for p in summary))
+    if sealed:
+        from .manifest import seal_outputs
+
+        seal_outputs(out, book.secret, sealed)
 
 
 def grade_run(args: argparse.Namespace, config: ExecutionConfig, secret: str) -> GradeReport:

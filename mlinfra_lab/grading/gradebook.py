@@ -18,9 +18,9 @@ Design decisions:
   printed by the command.
 - Notes about a whole submission (output cut, upgraded from nbformat 3, a disputed name)
   are added to the message of its first exercise row.
-- CSV cells are escaped against formula injection: a text cell that starts with ``=``,
-  ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'`` (the OWASP advice),
-  so a student folder named ``=1+1`` stays text in a spreadsheet. The JSON keeps the
+- CSV cells are escaped against formula injection (`formula.csv_safe`: OWASP's rule after
+  stripping spaces, and after every separator a spreadsheet might split on), so a student
+  folder named ``=1+1`` or ``x; =1+1`` stays text in a spreadsheet. The JSON keeps the
   values as they are.
 - The JSON records the config and the date, so a grade can be traced to how it was made.
 - These files are views: since issue 30 the record is ``gradebook.sqlite`` (see
@@ -40,6 +40,7 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .formula import csv_safe
 from .grade import GradeReport
 from .manifest import write_files
 from .manual_sheet import SHEET_COLUMNS, manual_sheet_rows
@@ -50,18 +51,10 @@ __all__ = ["COLUMNS", "Comments", "csv_safe", "gradebook_rows", "write_gradebook
 Comments = dict[tuple[str, str, str], str]  # (student, lab, cell id) -> instructor's comment
 
 COLUMNS = ("student", "lab", "exercise", "points", "max", "message", "comment")
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _number(x: float) -> float | int:
     return int(x) if float(x).is_integer() else round(x, 4)
-
-
-def csv_safe(value: object) -> object:
-    """`value`, with a leading ``'`` when it is text a spreadsheet would run as a formula."""
-    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
-        return "'" + value
-    return value
 
 
 def gradebook_rows(report: GradeReport, comments: Comments | None = None) -> list[dict]:

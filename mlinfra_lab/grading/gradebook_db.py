@@ -16,6 +16,12 @@ Design decisions:
 - ``manual_entries`` is append-only: the latest entry with points gives the points, the
   latest with a comment gives the comment, and every earlier one stays as history with its
   author and time. A blank in a sheet adds nothing (pending stays pending).
+- An entry for a written answer keeps the text it marked and its digest
+  (`manual.answer_digest`). It counts only while the submission's answer has that digest:
+  after a resubmission with another answer, the answer is pending again and the earlier
+  text and mark stay in the history (``current: false``), evidence an instructor may need.
+  A schema-1 gradebook is migrated in its working copy; its older entries carry no digest
+  and count as before.
 - One row per (student, lab) in ``submissions``: the file graded, its SHA-256, when it was
   submitted (for the late policy), which run graded it. A later input of that student and
   lab that cannot be graded goes to ``problems`` and leaves the earlier grade standing.
@@ -34,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import GradingError
+from .manual import answer_digest
 
 __all__ = [
     "DB_NAME",
@@ -47,7 +54,13 @@ __all__ = [
 ]
 
 DB_NAME = "gradebook.sqlite"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+_MIGRATIONS = {  # from version -> the statements that bring it to the next
+    "1": (
+        "ALTER TABLE manual_entries ADD COLUMN answer TEXT",
+        "ALTER TABLE manual_entries ADD COLUMN answer_sha256 TEXT",
+    ),
+}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -68,7 +81,8 @@ CREATE TABLE IF NOT EXISTS scores (
     PRIMARY KEY (student, lab, cell_id));
 CREATE TABLE IF NOT EXISTS manual_entries (
     id INTEGER PRIMARY KEY, student TEXT NOT NULL, lab TEXT NOT NULL, cell_id TEXT NOT NULL,
-    points REAL, comment TEXT, at TEXT NOT NULL, by TEXT NOT NULL, sheet TEXT NOT NULL);
+    points REAL, comment TEXT, at TEXT NOT NULL, by TEXT NOT NULL, sheet TEXT NOT NULL,
+    answer TEXT, answer_sha256 TEXT);
 CREATE TABLE IF NOT EXISTS problems (
     path TEXT PRIMARY KEY, message TEXT NOT NULL, student TEXT NOT NULL, lab TEXT NOT NULL,
     sha256 TEXT NOT NULL, run_id INTEGER NOT NULL REFERENCES runs(id));
@@ -131,6 +145,8 @@ class BookState:
     problems: list[dict] = field(default_factory=list)
     manual: dict[tuple[str, str, str], ManualEntry] = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)  # every manual entry, oldest first
+    # (student, lab, cell id) -> the latest hand mark given for an answer since changed
+    outdated: dict[tuple[str, str, str], ManualEntry] = field(default_factory=dict)
     policies: dict[str, Policy] = field(default_factory=dict)
     sources: list[tuple[str, str, str]] = field(default_factory=list)
     config: dict = field(default_factory=dict)
@@ -158,9 +174,17 @@ class GradebookDB:
         if found is None:
             self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
             self._db.commit()
-        elif found[0] != SCHEMA_VERSION:
+            return
+        version = found[0]
+        while version in _MIGRATIONS:  # an older gradebook: brought up to date in its copy
+            with self._db:
+                for statement in _MIGRATIONS[version]:
+                    self._db.execute(statement)
+                version = str(int(version) + 1)
+                self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (version,))
+        if version != SCHEMA_VERSION:
             raise GradebookDBError(
-                f"{self.path}: schema {found[0]}, this tool reads {SCHEMA_VERSION}; "
+                f"{self.path}: schema {version}, this tool reads {SCHEMA_VERSION}; "
                 "use the mlinfra_lab version that wrote it"
             )
 
@@ -243,17 +267,25 @@ class GradebookDB:
         sheet: str,
     ) -> int:
         """Append (student, lab, cell_id, points or None, comment or None) entries; entries
-        with neither are skipped. Returns how many were stored."""
+        with neither are skipped. An entry for a written answer stores the answer's text as
+        graded now and its `answer_digest`. Returns how many were stored."""
         at, stored = now_utc(), 0
         with self._db:
             for student, lab, cell_id, points, comment in entries:
                 if points is None and not comment:
                     continue
+                found = self._db.execute(
+                    "SELECT answer FROM scores WHERE student = ? AND lab = ? AND cell_id = ? "
+                    "AND manual = 1",
+                    (student, lab, cell_id),
+                ).fetchone()
+                answer = found[0] if found else None  # a written answer's text, bound below
                 self._db.execute(
                     "INSERT INTO manual_entries (student, lab, cell_id, points, comment, at, "
-                    "by, sheet) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (student, lab, cell_id, points, comment or None, at, by, sheet),
-                )
+                    "by, sheet, answer, answer_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (student, lab, cell_id, points, comment or None, at, by, sheet, answer,
+                     None if answer is None else answer_digest(answer)),
+                )  # fmt: skip
                 stored += 1
         return stored
 
@@ -311,14 +343,23 @@ class GradebookDB:
             state.problems.append(
                 {"path": path, "message": msg, "student": s, "lab": lab, "sha256": digest}
             )
-        for s, lab, cid, pts, comment, at, by, sheet in q(
-            "SELECT student, lab, cell_id, points, comment, at, by, sheet FROM manual_entries "
-            "ORDER BY id"
+        answers = {(s, lab, c["cell_id"]): c["answer"] for (s, lab), cs in cells.items()
+                   for c in cs if c["manual"]}  # fmt: skip
+        for s, lab, cid, pts, comment, at, by, sheet, text, digest in q(
+            "SELECT student, lab, cell_id, points, comment, at, by, sheet, answer, "
+            "answer_sha256 FROM manual_entries ORDER BY id"
         ):
+            now = answers.get((s, lab, cid))
+            current = digest is None or now is None or digest == answer_digest(now)
             state.history.append(
                 {"student": s, "lab": lab, "cell_id": cid, "points": pts, "comment": comment,
-                 "at": at, "by": by, "sheet": sheet}
+                 "at": at, "by": by, "sheet": sheet, "answer": text, "answer_sha256": digest,
+                 "current": current}
             )  # fmt: skip
+            if not current:  # given for another text: history only
+                if pts is not None:
+                    state.outdated[(s, lab, cid)] = ManualEntry(pts, comment or "", at, by)
+                continue
             old = state.manual.get((s, lab, cid), ManualEntry(None, "", at, by))
             state.manual[(s, lab, cid)] = ManualEntry(
                 pts if pts is not None else old.points,

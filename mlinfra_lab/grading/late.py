@@ -22,6 +22,9 @@ Design decisions:
 - A penalty is a row of its own in the gradebook (exercise ``late penalty``, negative
   points, max 0) and a line in the student's feedback, so totals add up and the student
   sees why; it is never folded silently into an exercise.
+- The message says how late the submission really was ("31 minutes") and, apart, how
+  many days it was counted as: a day or part of one is the unit of the penalty, not of
+  the lateness.
 - Percent of the points earned, not of the maximum: a late submission never scores below
   0, and a late empty one loses nothing it had.
 """
@@ -45,6 +48,7 @@ __all__ = [
     "LatePenalty",
     "LatePolicyError",
     "late_penalty",
+    "lateness",
     "parse_due",
     "parse_time",
     "submission_time",
@@ -68,13 +72,32 @@ class LatePenalty:
     days: int  # days or parts of days late
     pct: float  # percent of the lab's earned points taken off
     points: float  # points taken off (>= 0)
+    late_s: float = 0.0  # how late, in seconds, after the deadline and its grace
 
     def message(self, policy: Policy) -> str:
         return (
-            f"submitted {self.days} day{'s' if self.days != 1 else ''} late "
-            f"(due {policy.due}): -{policy.pct_per_day:g}% per day or part of one, capped "
-            f"at {policy.cap_pct:g}%, so -{self.pct:g}% of the points earned"
+            f"submitted {lateness(self.late_s)} late (due {policy.due}); counted "
+            f"{_plural(self.days, 'day')} late: -{policy.pct_per_day:g}% per day or part of "
+            f"one, capped at {policy.cap_pct:g}%, so -{self.pct:g}% of the points earned"
         )
+
+
+def _plural(n: int, unit: str) -> str:
+    return f"{n} {unit}{'s' if n != 1 else ''}"
+
+
+def lateness(seconds: float) -> str:
+    """`seconds` late as a reader says it: "31 minutes", "5 hours 2 minutes", "2 days 3
+    hours" (the two largest units; under a minute, "less than a minute")."""
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return "less than a minute"
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    parts = [(days, "day"), (hours, "hour"), (minutes, "minute")]
+    first = next(k for k, (n, _) in enumerate(parts) if n)
+    shown = [p for p in parts[first : first + 2] if p[0]]
+    return " ".join(_plural(n, unit) for n, unit in shown)
 
 
 def parse_time(text: str, what: str = "a time") -> datetime:
@@ -118,4 +141,4 @@ def late_penalty(points: float, submitted_at: str | None, policy: Policy) -> Lat
         return None
     days = math.ceil(late_s / DAY_S)
     pct = min(policy.cap_pct, policy.pct_per_day * days)
-    return LatePenalty(days, pct, round(max(points, 0.0) * pct / 100.0, 4))
+    return LatePenalty(days, pct, round(max(points, 0.0) * pct / 100.0, 4), late_s)

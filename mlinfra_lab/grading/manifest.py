@@ -20,6 +20,11 @@ Design decisions:
 - Each file goes through a temporary file in the same folder, ``fsync`` and ``os.replace``:
   a reader sees the old file or the new one, never half of one. The manifest is written
   last, so a run stopped between files leaves a gradebook that `verify_gradebook` reports.
+- What leaves the gradebook folder's commands is sealed too: the exports, the feedback
+  reports under ``feedback/`` and the summary are added to the manifest after they are
+  written (`seal_outputs`), as relative paths of plain components that pass through no
+  link. The manifest covers the files of the latest command that wrote them; reports
+  released into the students' folders are outside it.
 - The grading kernels never get the secret (issue 30): they get per-exercise seeds derived
   from it (`secret.seed_table`), from which the key cannot be computed, so code graded in
   the same run cannot re-seal a gradebook it rewrote. Keeping that code away from the
@@ -34,6 +39,7 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,6 +56,7 @@ __all__ = [
     "ManifestError",
     "Verification",
     "atomic_write",
+    "seal_outputs",
     "verify_gradebook",
     "write_files",
 ]
@@ -192,13 +199,38 @@ def _changed(entries: list, kind: str) -> list[str]:
     return notes
 
 
+def _is_output(name: str) -> bool:
+    """True for what `seal_outputs` adds: exports, the summary, feedback reports."""
+    return "/" in name or name.startswith(("export-", "summary."))
+
+
+def _unsealed_outputs(out: Path, files: dict) -> list[str]:
+    """Notes on exports, summaries and feedback reports in `out` the manifest does not list."""
+    found = [p for p in out.glob("export-*.csv")] + [p for p in out.glob("summary.*")]
+    feedback = out / "feedback"
+    if feedback.is_dir() and not feedback.is_symlink():
+        found += [p for p in feedback.glob("*/*") if p.suffix in (".md", ".html")]
+    return [
+        f"{p}: not sealed (written before the gradebook last changed); write it again with "
+        "the flag that makes it (--export, --summary, --feedback) to seal it"
+        for p in sorted(found)
+        if p.relative_to(out).as_posix() not in files
+    ]
+
+
 def verify_gradebook(
-    out_dir: Path | str, secret: str, filled_in: frozenset[str] = frozenset()
+    out_dir: Path | str,
+    secret: str,
+    filled_in: frozenset[str] = frozenset(),
+    *,
+    records_only: bool = False,
 ) -> Verification:
     """Check the gradebook in `out_dir` against its manifest (see the module docstring);
     raises `ManifestError` if the manifest is keyed and `secret` is the public default.
     Files named in `filled_in` may differ from the manifest (``manual.csv`` when the
-    instructor filled in that very sheet and merges it: it is input, not a result)."""
+    instructor filled in that very sheet and merges it: it is input, not a result).
+    `records_only` leaves out the exports, summary and feedback (a command that changes the
+    gradebook checks the record it builds on; ``--verify`` checks everything)."""
     out = Path(out_dir)
     result = Verification()
     path = out / MANIFEST_NAME
@@ -236,10 +268,12 @@ def verify_gradebook(
             + (", or the secret is not the one it was graded with" if result.keyed else "")
         )
     for name, digest in files.items():
-        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+        if not _inside(out, name):
             result.problems.append(
                 f"{path}: names a file outside the gradebook folder (it was edited)"
             )
+            continue
+        if records_only and _is_output(name):
             continue
         now = _file_sha256(out / name)
         if now is None:
@@ -248,9 +282,47 @@ def verify_gradebook(
             result.problems.append(
                 f"{out / name}: edited after grading (its SHA-256 is not the manifest's)"
             )
+    if not records_only:
+        result.notes += _unsealed_outputs(out, files)
     result.notes += _changed(body.get("submissions", []), "submission")
     result.notes += _changed(body.get("source_labs", []), "source lab")
     return result
+
+
+def _inside(out: Path, name: object) -> bool:
+    """True when `name` is a relative path of plain components inside `out`, through no
+    symbolic link (``export-canvas.csv``, ``feedback/ann/00_warmup.md``)."""
+    if not isinstance(name, str) or not name or "\\" in name or name.startswith("/"):
+        return False
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return False
+    return not any((out.joinpath(*parts[:k])).is_symlink() for k in range(1, len(parts)))
+
+
+def seal_outputs(out_dir: Path | str, secret: str, paths: Iterable[Path]) -> Path:
+    """Add the SHA-256 of each file of `paths` (inside `out_dir`: exports, feedback, the
+    summary) to the manifest the gradebook was just written with, and seal it again, so
+    ``--verify`` catches an edit of them too. Raises `ManifestError` when the manifest
+    does not verify now (it is then left as it is)."""
+    out = Path(out_dir)
+    check = verify_gradebook(out, secret, records_only=True)
+    if not check.ok:
+        raise ManifestError(
+            f"{out}: not sealing the outputs, the gradebook fails verification: "
+            + "; ".join(check.problems)
+        )
+    manifest = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
+    body = {k: v for k, v in manifest.items() if k != "seal"}
+    root = out.resolve()
+    for p in paths:
+        name = Path(p).resolve().relative_to(root).as_posix()
+        digest = _file_sha256(out / name)
+        if digest is not None and _inside(out, name):
+            body["gradebook"][name] = digest
+    path = out / MANIFEST_NAME
+    atomic_write(path, (json.dumps({**body, "seal": _seal(body, secret)}, indent=2) + "\n").encode("utf-8"))  # fmt: skip
+    return path
 
 
 def _read_text(path: Path) -> str | None:

@@ -7,17 +7,23 @@ so it is never published. `manual_cells(nb)` reads and validates them (`MarkerEr
 the cell); `answer_of(submission_nb, cell)` is the student's text for that cell ("" when the
 cell is missing, not markdown, or still the placeholder), capped at `MAX_ANSWER_CHARS`.
 Grading scores each 0 of N, pending (`PENDING`), and lists the answer in the gradebook;
-`manual_scores` merges the instructor's points.
+`manual_scores` merges the instructor's points. `answer_digest(text)` names the text a hand
+mark was given for (``sha256:`` and the hex digest).
 
 Design decisions:
 - Markdown, not code: a written answer is never executed, so a manual cell can carry no
   exploit into the kernel, and grading never restores it (it is the student's work).
+- A hand mark is bound to the text it marked: the gradebook stores `answer_digest` of the
+  answer with every entry, and an entry whose digest is not the current answer's no longer
+  counts (the answer is pending again; the entry and its text stay in the history). The
+  ``sha256:`` prefix keeps a spreadsheet from reading the digest as a number.
 - Found by cell id, like graders: a student who moves the cell keeps the answer; one who
   deletes it or turns it into code has answered nothing (the gradebook says so).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +36,7 @@ __all__ = [
     "PENDING",
     "PLACEHOLDER",
     "ManualCell",
+    "answer_digest",
     "answer_of",
     "is_manual",
     "manual_cells",
@@ -79,6 +86,11 @@ def manual_cells(nb: Any, lab: str = "lab") -> list[ManualCell]:
             )
         found.append(ManualCell(cell_id, exercise, points, index, cell.get("source", "")))
     return found
+
+
+def answer_digest(text: str) -> str:
+    """The name of the answer `text` that a hand mark is bound to."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def answer_of(nb: Any, cell: ManualCell) -> str:

@@ -21,8 +21,17 @@ Design decisions:
   student's lab (a row naming an auto-graded cell_id with a comment and no points). Both
   are entries in the database, apart from the machine's scores: a regrade never loses one.
   A comment cell left empty keeps the previous comment.
-- Text that a spreadsheet would run as a formula was written with a leading ``'``; the
-  sheet is read back with or without it (spreadsheets drop it when they save).
+- A row carries the digest of the answer it showed (``answer_sha256``); a row whose answer
+  was replaced since (a resubmission graded after the sheet was written) is refused, so a
+  mark is never credited to a text it was not given for. A sheet without that column (typed
+  by hand) is bound to the answer the gradebook holds when it is merged.
+- Only what changed is stored: the sheet grading writes carries the points and comments
+  already merged, so a sheet written back and merged again would otherwise store every
+  mark anew under the new ``--by``, and the history would credit it to the wrong grader.
+  A value equal to the gradebook's current one is left out.
+- Text that a spreadsheet would run as a formula was written with ``'`` where a cell could
+  begin (`formula.csv_safe`); the sheet is read back with or without it (spreadsheets drop
+  it when they save).
 """
 
 from __future__ import annotations
@@ -33,7 +42,10 @@ import math
 from pathlib import Path
 
 from .errors import GradingError
+from .formula import csv_unescape
 from .grade import GradeReport
+from .gradebook_db import ManualEntry
+from .manual import answer_digest
 from .views import BookSession
 
 __all__ = [
@@ -51,10 +63,6 @@ class ManualScoreError(GradingError):
 
 def _number(x: float) -> float | int:
     return int(x) if float(x).is_integer() else round(x, 4)
-
-
-def _unescape(value: str) -> str:
-    return value[1:] if value.startswith("'") else value
 
 
 def _read_sheet(path: Path) -> list[tuple[int, dict[str, str]]]:
@@ -90,7 +98,7 @@ def sheet_entries(report: GradeReport, sheet: Path) -> list[Entry]:
     entries: list[Entry] = []
     for line, row in _read_sheet(sheet):
         points_text = (row.get("points") or "").strip()
-        comment = _unescape((row.get("comment") or "").strip()) or None
+        comment = csv_unescape((row.get("comment") or "").strip()) or None
         if not points_text and not comment:
             continue  # still pending
         student, lab = row.get("student") or "", row.get("lab") or ""
@@ -98,8 +106,8 @@ def sheet_entries(report: GradeReport, sheet: Path) -> list[Entry]:
         exercise = (row.get("exercise") or "").strip()
         which = f"cell {cell_id}" if cell_id else f"exercise {exercise}"
         keys = [
-            (name, lb, cell_id or "exercise:" + _unescape(exercise))  # as written, then
-            for name, lb in ((student, lab), (_unescape(student), _unescape(lab)))
+            (name, lb, cell_id or "exercise:" + csv_unescape(exercise))  # as written, then
+            for name, lb in ((student, lab), (csv_unescape(student), csv_unescape(lab)))
         ]
         found = next((index[k] for k in keys if k in index), None)  # without the ' escape
         result = report.results[found[0]] if found else None
@@ -109,6 +117,13 @@ def sheet_entries(report: GradeReport, sheet: Path) -> list[Entry]:
                 f"{sheet}:{line}: no written answer of student {student!r} in lab {lab!r} "
                 f"({which}) in this gradebook; copy student, lab and cell_id from manual.csv "
                 "(a cell graded by its tests takes a comment, not points)"
+            )
+        marked = (row.get("answer_sha256") or "").strip()
+        if marked and cell.manual and marked != answer_digest(cell.answer):
+            raise ManualScoreError(
+                f"{sheet}:{line}: the answer of student {student!r} in lab {lab!r} ({which}) "
+                "is not the text this sheet showed (a resubmission was graded since); take "
+                "the new manual.csv and score the new answer there"
             )
         points = None
         if points_text:
@@ -125,6 +140,19 @@ def sheet_entries(report: GradeReport, sheet: Path) -> list[Entry]:
     return entries
 
 
+def _changes(entries: list[Entry], current: dict[tuple[str, str, str], ManualEntry]) -> list[Entry]:  # fmt: skip
+    """`entries` less what the gradebook already holds: a points or comment value equal to
+    the current one becomes None, so a sheet merged again credits nobody anew."""
+    changed: list[Entry] = []
+    for student, lab, cell_id, points, comment in entries:
+        was = current.get((student, lab, cell_id))
+        if was is not None:
+            points = None if points == was.points else points
+            comment = None if comment is not None and comment == was.comment else comment
+        changed.append((student, lab, cell_id, points, comment))
+    return changed
+
+
 def merge_manual_scores(
     gradebook_dir: Path | str, scores_csv: Path | str, secret: str, by: str | None = None
 ) -> tuple[GradeReport, int]:
@@ -134,6 +162,8 @@ def merge_manual_scores(
     in_place = sheet.resolve() == (folder / "manual.csv").resolve()  # filled in where it lay
     with BookSession(folder, secret, filled_in=in_place) as book:
         entries = sheet_entries(book.report(), sheet)
+        assert book.state is not None
+        entries = _changes(entries, book.state.manual)
         stored = book.db.add_manual(entries, by=by or getpass.getuser(), sheet=str(sheet))
         report = book.commit()
     return report, stored

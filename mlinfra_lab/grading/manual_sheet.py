@@ -1,8 +1,10 @@
 """The ``manual.csv`` sheet grading writes for the instructor: its columns and its rows.
 
 Contract: `manual_sheet_rows(report, comments)` is one row per written answer of `report`
-(`SHEET_COLUMNS`: student, lab, exercise, cell_id, max, points, comment, answer); points
-are empty while the answer is pending, the comment is the instructor's latest.
+(`SHEET_COLUMNS`: student, lab, exercise, cell_id, max, points, comment, answer,
+answer_sha256); points are empty while the answer is pending, the comment is the
+instructor's latest, ``answer_sha256`` names the text shown (`manual.answer_digest`), so a
+sheet filled in for an answer since replaced is refused rather than credited to the new one.
 `manual_scores` reads the sheet back once the points are filled in.
 
 Design decisions:
@@ -16,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from .grade import GradeReport
-from .manual import PENDING
+from .manual import PENDING, answer_digest
 
 __all__ = ["SHEET_COLUMNS", "manual_sheet_rows"]
 
-SHEET_COLUMNS = ("student", "lab", "exercise", "cell_id", "max", "points", "comment", "answer")
+SHEET_COLUMNS = ("student", "lab", "exercise", "cell_id", "max", "points", "comment", "answer", "answer_sha256")  # fmt: skip
 
 
 def _number(x: float) -> float | int:
@@ -47,6 +49,7 @@ def manual_sheet_rows(
                         "points": "" if c.message.startswith(PENDING) else _number(c.points),
                         "comment": comments.get((result.student, result.lab, c.cell_id), ""),
                         "answer": c.answer,
+                        "answer_sha256": answer_digest(c.answer),
                     }
                 )
     return rows

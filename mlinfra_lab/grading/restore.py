@@ -27,6 +27,12 @@ Design decisions:
 - Every status is reported (`RestoreNote`): "as released", "edited", "deleted", and
   "older release" when the submission's checksum differs from the current source's, so an
   instructor can see who edited graders and who worked from an outdated release.
+- "Edited" is said only when it is known: the submission's text is compared with the
+  current source's visible text, which a student of an older release never had. After the
+  instructor rewords a grader (and regrades with ``--force``), a cell whose checksum names
+  another release is reported as "older release" alone, never as edited by the student
+  (the checksum covers hidden tests, so the older visible text cannot be rebuilt from it).
+  Either way the source grader is what runs.
 """
 
 from __future__ import annotations
@@ -76,7 +82,7 @@ def _status(cell: Any | None, restored: GraderCell | ReadonlyCell) -> RestoreNot
         return RestoreNote(restored.cell_id, "deleted", older_release=False, readonly=readonly)
     checksum = cell.get("metadata", {}).get("checksum")
     older = checksum is not None and checksum != restored.checksum
-    edited = cell.get("source", "").rstrip() != restored.visible.rstrip()
+    edited = not older and cell.get("source", "").rstrip() != restored.visible.rstrip()
     return RestoreNote(restored.cell_id, "edited" if edited else "as released", older, readonly)
 
 

@@ -19,7 +19,10 @@ Naming convention (also in ``mlinfra-lab grade --help``):
   the file name without the lab name and separators (``alice.ipynb``,
   ``alice_00_warmup.ipynb`` -> ``alice``); a file named just after the lab takes the name
   of the folder it is in;
-- a folder argument is searched recursively for ``*.ipynb`` (checkpoints skipped).
+- a folder argument is searched recursively for ``*.ipynb`` (checkpoints skipped);
+- Colab's ``Copy of X.ipynb`` and a browser's ``X (1).ipynb`` read as ``X.ipynb``
+  (`copy_names`), with a note on the submission; two files that then name the same student
+  and lab are a second submission, reported with that reason.
 
 Input hygiene (issue 14):
 - A symbolic link is never followed nor read, whether given or met inside a folder: it is
@@ -37,7 +40,9 @@ Input hygiene (issue 14):
   every `SubmissionProblem` field passes `hygiene.printable`: a terminal escape in a file
   name reaches neither the console nor the gradebook.
 - Budgets (see `budgets`): a file over ``max_bytes`` is refused before it is read, a
-  notebook over ``max_cells`` cells after it is parsed.
+  notebook over ``max_cells`` cells after it is parsed. Between the two, its JSON's shape
+  (how many values, how deep) is checked in one bounded pass before it is parsed
+  (`json_budget`): a small file of millions of tiny objects costs only its own row.
 - A notebook older than nbformat 4 is upgraded (nbformat's own converter); the upgrade
   gives new random cell ids, so grader and read-only cells get their source id back from
   the checksum the release wrote in their metadata. One without those checksums is
@@ -45,7 +50,8 @@ Input hygiene (issue 14):
 
 Design decisions:
 - Two files of the same student and lab: the first (a file in that student's collection
-  folder before a flat one, then command-line order) is graded with a note naming the
+  folder before a flat one, a name without a copy mark before one with, then command-line
+  order) is graded with a note naming the
   other, which is reported as a second submission. Both show: a file named after another
   student can no longer take the real one's place silently. The same path given twice is
   graded once; a hard link to a file already read (another path, the same inode) is
@@ -69,9 +75,11 @@ from pathlib import Path
 from typing import Any
 
 from .budgets import DEFAULT_MAX_BYTES, DEFAULT_MAX_CELLS, file_too_large, too_many_cells
+from .copy_names import describe, original_stem
 from .errors import MarkerError, SourceLabError, SubmissionError
 from .forbid import forbidden_codes
 from .hygiene import printable, safe_student
+from .json_budget import json_too_complex
 from .manual import ManualCell, manual_cells
 from .markers import GraderCell, ReadonlyCell, grader_cells, readonly_cells
 from .release import LAB_METADATA_KEY, lab_notebooks, read_notebook
@@ -327,6 +335,9 @@ def _parse(data: bytes) -> tuple[Any, int]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise SubmissionError(f"{unreadable} (not UTF-8 text)") from err
+    too_complex = json_too_complex(text)  # before any parser builds the objects
+    if too_complex:
+        raise SubmissionError(too_complex)
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
@@ -376,13 +387,15 @@ def lab_of(nb: Any, path: Path, labs: dict[str, SourceLab]) -> str:
 
 
 def _lab_from_name(path: Path, labs: dict[str, SourceLab]) -> str | None:
-    matches = [name for name in labs if name in path.stem]
+    stem = original_stem(path.stem)[0]
+    matches = [name for name in labs if name in stem]
     return max(matches, key=len) if matches else None
 
 
 def _student(found: _Found, lab: str) -> tuple[str, str | None]:
     """(the student, or None) and, in the folder layout, why the file name disagrees."""
-    named = safe_student(found.path.stem.replace(lab, "").strip(_SEPARATORS))
+    stem = original_stem(found.path.stem)[0]  # Colab's "Copy of X", a browser's "X (1)"
+    named = safe_student(stem.replace(lab, "").strip(_SEPARATORS))
     folder = safe_student(found.folder) if found.folder is not None else None
     if folder is None:
         return named or safe_student(found.home), None
@@ -486,6 +499,9 @@ def _identify(
             problem = str(err)
     if problem is not None:
         return SubmissionProblem(where, problem, student, lab, digest), inode
+    marks = original_stem(path.stem)[1]
+    if marks:
+        notes = (*notes, describe(path.name, marks))
     return Submission(path, student, lab, nb, digest, notes), inode
 
 
@@ -550,7 +566,8 @@ def _settle_duplicates(
     in_folder: set[str],
 ) -> tuple[list[Submission], list[SubmissionProblem]]:
     """Grade one submission per (student, lab): one in the student's collection folder
-    first, else the first given; note the others on it and report them."""
+    first, then one whose name has no copy mark, else the first given; note the others on
+    it and report them."""
     groups: dict[tuple[str, str], list[Submission]] = {}
     for item in items:
         if isinstance(item, Submission):
@@ -558,7 +575,11 @@ def _settle_duplicates(
     keep: dict[int, Submission] = {}
     extra: dict[int, SubmissionProblem] = {}
     for (student, lab), subs in groups.items():
-        first = next((s for s in subs if str(s.path) in in_folder), subs[0])
+        # the student's collection folder first, then a file without a copy mark (so that
+        # "Copy of bob_lab.ipynb" never displaces bob_lab.ipynb), then the order given
+        first = min(
+            subs, key=lambda s: (str(s.path) not in in_folder, bool(original_stem(s.path.stem)[1]))
+        )
         others = [s for s in subs if s is not first]
         kept = first
         if others:
@@ -574,11 +595,18 @@ def _settle_duplicates(
                 ),
             )
         keep[id(first)] = kept
+        copies = any(original_stem(s.path.stem)[1] for s in subs)
+        hint = (
+            " (their names differ only by a Colab 'Copy of' or a browser's '(N)', which "
+            "are read as the same name: keep the file to grade, remove the other)"
+            if copies
+            else ""
+        )
         for s in others:
             extra[id(s)] = SubmissionProblem(
                 str(s.path),
                 f"a second submission of lab '{lab}' by '{student}' (already "
-                f"grading {first.path}, noted there); not graded: if this file is "
+                f"grading {first.path}, noted there){hint}; not graded: if this file is "
                 f"{student}'s and the other is not, remove the other and grade again",
                 student,
                 lab,

@@ -12,6 +12,9 @@ Design decisions:
 - Work on a copy: the database is copied beside itself and the copy is changed; `commit`
   puts it in place with the views it was written with, so a run that stops half-way (an
   error, Ctrl-C) leaves the old database and its old, matching manifest.
+- A hand mark given for another text of the answer (the student resubmitted) does not
+  count: the cell reads pending (or "no answer") with the earlier mark named, and the
+  earlier text is in ``gradebook.json``'s record (see `gradebook_db`).
 - Verify before changing, as ``--merge`` and ``--manual`` always did: a database edited
   outside this tool must not come out sealed. ``manual.csv`` filled in but not merged is
   refused by name (a regrade would rewrite it, losing what was typed), except by the
@@ -69,6 +72,14 @@ def report_from_state(state: BookState) -> tuple[GradeReport, Comments]:
                     passed=points == cell["max_points"],
                     message=f"{BY_HAND}: {_number(points)} / {_number(cell['max_points'])}",
                 )
+            elif cell["manual"]:
+                was = state.outdated.get((sub.student, sub.lab, cell["cell_id"]))
+                if was is not None and was.points is not None:
+                    cell["message"] += (
+                        f"; the answer changed since it was {BY_HAND} ({_number(was.points)} "
+                        f"/ {_number(cell['max_points'])} by {was.by}, {was.at}: that text "
+                        "and mark are kept in gradebook.json's record)"
+                    )
             cells.append(cell)
         policy = state.policies.get(sub.lab)
         penalty = policy and late_penalty(sum(c["points"] for c in cells), sub.submitted_at, policy)
@@ -181,7 +192,10 @@ class BookSession:
                 )
             return False
         check = verify_gradebook(
-            self.out, self.secret, frozenset({"manual.csv"}) if self.filled_in else frozenset()
+            self.out,
+            self.secret,
+            frozenset({"manual.csv"}) if self.filled_in else frozenset(),
+            records_only=True,  # exports and reports are rewritten or left unsealed
         )
         if check.ok:
             return True
