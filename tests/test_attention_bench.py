@@ -149,7 +149,7 @@ def test_check_anchor_uses_the_worst_repeat():
             )
             for p, r in (("ours", runs_ours), (anchor, runs_flash))
         ]
-        return {"rows": rows, "ratios": bench._ratios(rows)}
+        return {"rows": rows, "ratios": bench.ratios(rows)}
 
     assert bench.check_anchor(res([1.0, 1.0, 1.0], [1.3, 1.3, 1.3])) == []
     # the medians say 1.3x, but one repeat ran at 1.1x: that fails

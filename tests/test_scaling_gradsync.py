@@ -135,3 +135,34 @@ def test_bad_arguments_are_refused_before_any_rank_starts(
 ) -> None:
     with pytest.raises(ValueError, match="must be"):
         run_grad_sync(sync_after_backward, world_size, bucket_bytes)
+
+
+def test_the_reference_runs_its_backward_in_another_process(monkeypatch):
+    """A backward pass in the notebook's own process would start PyTorch's autograd threads
+    on a GPU machine, and every rank forked after it would fail: the reference forks too."""
+    import os
+
+    from mlinfra_lab.scaling import gradsync
+
+    pids: list[int] = []
+    real = gradsync._reference_grads
+
+    def spy(*args):
+        pids.append(os.getpid())  # appended in the child: this process's list stays empty
+        return real(*args)
+
+    monkeypatch.setattr(gradsync, "_reference_grads", spy)
+    grads = gradsync.reference_grads(world_size=2, steps=1)
+    assert pids == []
+    assert len(grads) == 1 and all(g.dtype.kind == "f" for g in grads[0])
+
+
+def test_the_autograd_fork_failure_is_explained():
+    from mlinfra_lab.scaling import gradsync
+
+    text = (
+        "RuntimeError: Unable to handle autograd's threading in combination with fork-based "
+        "multiprocessing. See https://github.com/pytorch/pytorch/wiki/Autograd-and-Fork"
+    )
+    assert "restart the kernel" in gradsync._explain(text)
+    assert gradsync._explain("ValueError: other") == "ValueError: other"

@@ -147,10 +147,9 @@ def _loss(model: Any, widths: Sequence[int], seed: int, rank: int, step: int) ->
     return ((model(x) - y) ** 2).mean()
 
 
-def reference_grads(
-    world_size: int, widths: Sequence[int] = DEFAULT_WIDTHS, seed: int = 0, steps: int = 2
+def _reference_grads(
+    world_size: int, widths: Sequence[int], seed: int, steps: int
 ) -> list[list[np.ndarray]]:
-    """[step][parameter]: the mean over ranks of each rank's local gradient (float64)."""
     model = sync_model(widths, seed)
     out = []
     for step in range(steps):
@@ -162,6 +161,58 @@ def reference_grads(
                 acc += p.grad.double().numpy()
         out.append([acc / world_size for acc in total])
     return out
+
+
+def _reference_child(args: tuple, conn: Any) -> None:
+    try:
+        conn.send(("ok", _reference_grads(*args)))
+    except BaseException as err:  # noqa: BLE001  the parent raises it, with its text
+        conn.send(("error", f"{type(err).__name__}: {err}"))
+    finally:
+        conn.close()
+
+
+def reference_grads(
+    world_size: int, widths: Sequence[int] = DEFAULT_WIDTHS, seed: int = 0, steps: int = 2
+) -> list[list[np.ndarray]]:
+    """[step][parameter]: the mean over ranks of each rank's local gradient (float64).
+
+    Computed in a forked process, as the ranks are: a backward pass in this process would
+    start PyTorch's autograd threads on a machine with a GPU, and no rank forked after that
+    can run a backward (`AUTOGRAD_FORK_HINT`)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(
+        target=_reference_child, args=((world_size, tuple(widths), seed, steps), send)
+    )
+    proc.start()
+    send.close()
+    try:
+        status, value = recv.recv()
+    except EOFError:
+        status, value = "error", f"exited with code {proc.exitcode} and no result"
+    finally:
+        proc.join(5)
+    if status != "ok":
+        raise GradSyncError(f"the reference run failed: {_explain(value)}")
+    return value
+
+
+AUTOGRAD_FORK_HINT = (
+    "this kernel ran a backward pass before forking the ranks, and on a machine with a GPU "
+    "that starts PyTorch's autograd threads, which a forked process cannot use; restart the "
+    "kernel and run the cells in order, with no backward pass outside run_grad_sync (or hide "
+    "the GPU: CUDA_VISIBLE_DEVICES= before the kernel starts)"
+)
+
+
+def _explain(text: str) -> str:
+    """A rank's error text, with the autograd-and-fork failure explained."""
+    if "autograd's threading in combination with fork" in text:
+        return f"{text.splitlines()[0][:120]}... : {AUTOGRAD_FORK_HINT}"
+    return text
 
 
 def sync_after_backward(model: Any, bucket_bytes: int) -> Callable[[], None]:
@@ -342,7 +393,7 @@ def _collect(pipes: list[Any], procs: list[Any], timeout_s: float) -> dict[int, 
             _, kind, text, _ = replies[r]
             if kind == "NotImplementedError":  # an exercise not written yet
                 raise NotImplementedError(f"rank {r}: {text}")
-            raise GradSyncError(f"rank {r} of {world_size} failed: {text}")
+            raise GradSyncError(f"rank {r} of {world_size} failed: {_explain(text)}")
         if time.monotonic() > deadline:
             raise GradSyncError(
                 f"ranks {waiting} of {world_size} returned nothing within {timeout_s:g} s (a rank "
