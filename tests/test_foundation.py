@@ -171,6 +171,15 @@ def test_no_launch_button_points_at_a_placeholder_hub() -> None:
         )
 
 
+def test_every_page_names_the_licences_of_the_text_and_the_code() -> None:
+    """The book's footer names CC BY 4.0 (LICENSE-BOOK) and MIT (LICENSE); both files exist."""
+    footer = yaml.safe_load((ROOT / "_config.yml").read_text())["html"]["extra_footer"]
+    assert "CC BY 4.0" in footer and "LICENSE-BOOK" in footer
+    assert "MIT License" in footer and "(LICENSE)" in footer
+    assert "Attribution 4.0 International" in (ROOT / "LICENSE-BOOK").read_text()
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
