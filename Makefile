@@ -1,7 +1,7 @@
 # mlinfra course: set-up and targets. `make book` and `make test` are all a newcomer needs.
 #
 #   make book     create .venv, install, execute every notebook, build _build/html
-#   make test     the whole suite: lint, unit tests, nbval on every notebook, lab validation,
+#   make test     the whole suite: lint (ruff, mypy), unit tests, nbval on every notebook, lab validation,
 #                 the book build and the browser test (what CI runs, via .ci/run); starts a
 #                 throwaway PostgreSQL server for the tracking tests where one is installed.
 #                 It first checks the system packages it needs (make check-system):
@@ -77,10 +77,11 @@ book: setup _vendor/.stamp check-student-labs
 	@echo "The book is built: open file://$(CURDIR)/_build/html/index.html"
 
 # ruff's rules and the formatter (pyproject.toml [tool.ruff]): `ruff format mlinfra_lab tests` fixes
-# what the format check finds.
+# what the format check finds. Then mypy on the package (pyproject.toml [tool.mypy]).
 lint: setup
 	$(BIN)/ruff check mlinfra_lab tests
 	$(BIN)/ruff format --check mlinfra_lab tests
+	$(BIN)/mypy
 
 unit: setup
 	$(PYTEST) -m "not notebooks and not browser" --durations=8 tests
