@@ -18,4 +18,6 @@ demand (nothing heavy happens when you ``import mlinfra_lab``):
 from mlinfra_lab import runtime
 
 __all__ = ["runtime", "__version__"]
+# The one place the version is written: pyproject.toml reads it (dynamic version), so do the
+# notebooks' set-up cells and .ci/release. A release adds its section to CHANGELOG.md.
 __version__ = "0.1.0"
