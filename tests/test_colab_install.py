@@ -221,6 +221,16 @@ def test_wheel_ships_both_licences_and_py_typed(wheel: Path) -> None:
 
 
 @pytest.mark.install
+def test_wheel_registers_no_pytest_plugin(wheel: Path) -> None:
+    """The quarantine plugin is opt-in (`-p mlinfra_lab.ci.pytest_plugin`): an install of the
+    wheel adds no pytest11 entry point, so no one else's pytest run loads it."""
+    archive = zipfile.ZipFile(wheel)
+    (entry_points,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    text = archive.read(entry_points).decode()
+    assert "[console_scripts]" in text and "pytest11" not in text, text
+
+
+@pytest.mark.install
 @pytest.mark.timeout(900)
 def test_wheel_without_extras_imports_and_sends_instructors_to_the_grading_extra(
     wheel: Path, tmp_path: Path
