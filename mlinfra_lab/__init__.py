@@ -12,6 +12,7 @@ demand (nothing heavy happens when you ``import mlinfra_lab``):
 - ``mlinfra_lab.grading``    release, grade and validate the lab notebooks
 - ``mlinfra_lab.results``    the committed benchmark results, in a checkout or a wheel
 - ``mlinfra_lab.errors``     `MlinfraError`, the base of every error the package raises
+- ``mlinfra_lab.progress``   progress bars drawn on a terminal only (a summary line in logs)
 - ``mlinfra_lab.cli``        the ``mlinfra-lab`` command
 """
 

@@ -238,9 +238,9 @@ def detect_flaky(
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
     if not fresh_processes and isinstance(target, str):
         raise ValueError("a pytest node id always runs in fresh processes")
-    from tqdm.auto import tqdm
+    from mlinfra_lab.progress import progress_bar
 
-    with tqdm(total=runs, desc=f"detect_flaky {name}", unit="run", disable=not progress) as bar:
+    with progress_bar(total=runs, desc=f"detect_flaky {name}", unit="run", enabled=progress) as bar:
         if fresh_processes:
             outcomes = _run_fresh(target, runs, Path(cwd or os.getcwd()), timeout, bar.update)
         else:
@@ -293,10 +293,10 @@ def find_unseeded_source(
         bar.update()
         return report.flaky
 
-    from tqdm.auto import tqdm
+    from mlinfra_lab.progress import progress_bar
 
     most = 1 + math.ceil(math.log2(len(sources))) + int(confirm)  # baseline, halvings, confirm
-    bar = tqdm(total=most, desc="find_unseeded_source", unit="trial", disable=not progress)
+    bar = progress_bar(total=most, desc="find_unseeded_source", unit="trial", enabled=progress)
 
     with bar:
         if not varies(sources):

@@ -206,9 +206,9 @@ def _check_target(target: float) -> None:
 
 
 def _bar(total: int, desc: str, progress: bool):
-    from tqdm.auto import tqdm
+    from mlinfra_lab.progress import progress_bar
 
-    return tqdm(total=total, desc=desc, leave=False, disable=None if progress else True)
+    return progress_bar(total=total, desc=desc, leave=False, enabled=progress)
 
 
 def _run(
