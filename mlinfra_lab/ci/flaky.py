@@ -73,8 +73,8 @@ class FlakyReport:
     @property
     def spread(self) -> float:
         """Largest difference between the runs' numeric values (0.0 when they agree)."""
-        arrays = [_numbers(run.value) for run in self.runs if run.ok]
-        arrays = [a for a in arrays if a is not None]
+        found = [_numbers(run.value) for run in self.runs if run.ok]
+        arrays = [a for a in found if a is not None]
         if len(arrays) < 2 or len({len(a) for a in arrays}) > 1:
             return 0.0
         return max(max(col) - min(col) for col in zip(*arrays, strict=True)) if arrays[0] else 0.0
@@ -241,7 +241,7 @@ def detect_flaky(
     from mlinfra_lab.progress import progress_bar
 
     with progress_bar(total=runs, desc=f"detect_flaky {name}", unit="run", enabled=progress) as bar:
-        if fresh_processes:
+        if fresh_processes or isinstance(target, str):  # a node id: refused above otherwise
             outcomes = _run_fresh(target, runs, Path(cwd or os.getcwd()), timeout, bar.update)
         else:
             outcomes = []
