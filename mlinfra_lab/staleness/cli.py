@@ -9,6 +9,7 @@ A bad argument raises `StalenessConfigError`, which `mlinfra_lab.cli.main` print
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 POLICIES = (
     "async",
@@ -99,7 +100,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     from mlinfra_lab import staleness as st
 
-    problems = {
+    problems: dict[str, Callable[[], st.Problem]] = {
         "logreg": st.logreg_problem,
         "mlp": st.mlp_problem,
         "quadratic": lambda: st.quadratic_problem(10, 10.0, noise=0.5),
