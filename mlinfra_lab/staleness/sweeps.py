@@ -66,7 +66,7 @@ class Spread:
     n: int  # number of seeds
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> Spread:
+    def of(cls, values: Sequence[float] | np.ndarray) -> Spread:
         a = np.asarray(values, dtype=float)
         if a.size == 0 or np.isnan(a).any():
             raise StalenessConfigError(
