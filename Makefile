@@ -1,12 +1,13 @@
 # mlinfra course: set-up and targets. `make book` and `make test` are all a newcomer needs.
 #
 #   make book     create .venv, install, execute every notebook, build _build/html
-#   make test     the whole suite: lint, unit tests, nbval on every notebook, lab validation,
+#   make test     the whole suite: lint (ruff, mypy), unit tests, nbval on every notebook, lab validation,
 #                 the book build and the browser test (what CI runs, via .ci/run); starts a
 #                 throwaway PostgreSQL server for the tracking tests where one is installed.
 #                 It first checks the system packages it needs (make check-system):
 #                 apt-get install bubblewrap chromium postgresql
 #   make release-labs   regenerate book/labs/ (the student edition of labs/) after editing labs/
+#   make release-check  before a release: the README shows the newest GPU notebook record
 #   make test-gpu on a CUDA GPU: the device unit tests, then every chapter and lab under nbval
 #                 at GPU sizes, recorded in benchmarks/results/GPU-notebooks-DATE.json
 #   make lab      JupyterLab on the repository
@@ -34,7 +35,7 @@ export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup book test test-gpu test-stages unit notebooks validate browser lint lab lock check-lock \
-        release-labs check-student-labs clean print-torch-cpu-index check-system \
+        release-labs check-student-labs release-check clean print-torch-cpu-index check-system \
         bench-attention bench-scaling bench-ci bench-tracking bench-staleness
 
 setup: $(STAMP)
@@ -77,10 +78,11 @@ book: setup _vendor/.stamp check-student-labs
 	@echo "The book is built: open file://$(CURDIR)/_build/html/index.html"
 
 # ruff's rules and the formatter (pyproject.toml [tool.ruff]): `ruff format mlinfra_lab tests` fixes
-# what the format check finds.
+# what the format check finds. Then mypy on the package (pyproject.toml [tool.mypy]).
 lint: setup
 	$(BIN)/ruff check mlinfra_lab tests
 	$(BIN)/ruff format --check mlinfra_lab tests
+	$(BIN)/mypy
 
 unit: setup
 	$(PYTEST) -m "not notebooks and not browser" --durations=8 tests
@@ -153,6 +155,13 @@ test-gpu: $(GPU_SETUP)
 	@$(GPU_PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU (torch.cuda.is_available() is False): use make test')"
 	MLINFRA_ATTENTION_AUTOTUNE=0 $(GPU_PY) -m pytest $(GPU_PYTEST_ARGS) -m "gpu or attention or staleness" tests
 	$(GPU_PY) -m mlinfra_lab.ci.notebook_record --cell-timeout 60 --jobs $(GPU_JOBS) --out $(GPU_RECORD) book labs
+
+# Release-time checks (the release workflow runs them before it builds): the README shows the
+# newest GPU notebook record and names every notebook changed since (mlinfra_lab.ci.gpu_record_check).
+# Not part of `make test`: no edit on a machine without a GPU can make a stale record fresh.
+# Needs only Python and `packaging`, not the .venv.
+release-check:
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m mlinfra_lab.ci.gpu_record_check $(CURDIR)
 
 # For .ci/fresh-venv.sh: the index the set-up takes the CPU torch from off the course machines.
 print-torch-cpu-index:

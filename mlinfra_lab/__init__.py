@@ -12,10 +12,13 @@ demand (nothing heavy happens when you ``import mlinfra_lab``):
 - ``mlinfra_lab.grading``    release, grade and validate the lab notebooks
 - ``mlinfra_lab.results``    the committed benchmark results, in a checkout or a wheel
 - ``mlinfra_lab.errors``     `MlinfraError`, the base of every error the package raises
+- ``mlinfra_lab.progress``   progress bars drawn on a terminal only (a summary line in logs)
 - ``mlinfra_lab.cli``        the ``mlinfra-lab`` command
 """
 
 from mlinfra_lab import runtime
 
 __all__ = ["runtime", "__version__"]
+# The one place the version is written: pyproject.toml reads it (dynamic version), so do the
+# notebooks' set-up cells and .ci/release. A release adds its section to CHANGELOG.md.
 __version__ = "0.1.0"

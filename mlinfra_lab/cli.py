@@ -34,6 +34,7 @@ import argparse
 import importlib
 import importlib.metadata
 import sys
+import types
 from collections.abc import Iterable, Sequence
 
 from mlinfra_lab.errors import CommandError, MlinfraError
@@ -140,7 +141,7 @@ def missing_extra(extra: str) -> list[str]:
     return missing
 
 
-def _load(module: str) -> object:
+def _load(module: str) -> types.ModuleType:
     """Import a command module, first checking the extra it needs (`EXTRAS`)."""
     extra = EXTRAS.get(module)
     if extra is not None and (missing := missing_extra(extra)):

@@ -13,6 +13,9 @@ from mlinfra_lab.cli import main
 pytestmark = pytest.mark.ci
 pytest_plugins = ["pytester"]
 
+# The plugin is opt-in (no pytest11 entry point): each inner run asks for it, as a user does.
+PLUGIN = ("-p", "no:cacheprovider", "-p", "mlinfra_lab.ci.pytest_plugin")
+
 QUARANTINED = textwrap.dedent(
     """
     import pytest
@@ -33,7 +36,7 @@ QUARANTINED = textwrap.dedent(
 
 def test_quarantined_failure_is_reported_but_does_not_fail_the_session(pytester):
     pytester.makepyfile(test_q=QUARANTINED)
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest(*PLUGIN)
     assert result.ret == pytest.ExitCode.OK
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1 and outcomes.get("quarantined") == 2
@@ -50,7 +53,7 @@ def test_quarantined_failure_is_reported_but_does_not_fail_the_session(pytester)
 
 def test_a_real_failure_still_fails_the_session_next_to_a_quarantined_one(pytester):
     pytester.makepyfile(test_q=QUARANTINED + "\ndef test_broken():\n    assert 1 == 2\n")
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest(*PLUGIN)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert result.parseoutcomes().get("failed") == 1
 
@@ -69,7 +72,7 @@ def test_quarantined_setup_error_is_kept_out_of_the_gate(pytester):
             pass
         """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest(*PLUGIN)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["FAILED in setup test_fixture.py::test_needs_db [[]#7[]]*"])
 
@@ -84,7 +87,7 @@ def test_quarantine_without_an_issue_is_refused_at_collection(pytester):
             pass
         """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest(*PLUGIN)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*test_bad.py::test_untracked: @pytest.mark.quarantine needs an issue reference*"]
@@ -101,10 +104,10 @@ def test_update_references_option_sets_the_reason_for_the_run_only(pytester):
         """
     )
     before = os.environ.get("MLINFRA_UPDATE_REFERENCES")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--update-references", "new data set")
+    result = pytester.runpytest(*PLUGIN, "--update-references", "new data set")
     assert result.ret == pytest.ExitCode.OK
     assert os.environ.get("MLINFRA_UPDATE_REFERENCES") == before
-    result = pytester.runpytest("-p", "no:cacheprovider", "--update-references", " ")
+    result = pytester.runpytest(*PLUGIN, "--update-references", " ")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
@@ -117,10 +120,20 @@ def test_automatic_reruns_are_refused(pytester):
         """
     )
     pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
-    assert pytester.runpytest("-p", "no:cacheprovider").ret == pytest.ExitCode.OK
-    result = pytester.runpytest("-p", "no:cacheprovider", "--reruns", "2")
+    assert pytester.runpytest(*PLUGIN).ret == pytest.ExitCode.OK
+    result = pytester.runpytest(*PLUGIN, "--reruns", "2")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*automatic re-runs are off in this project*"])
+
+
+def test_the_plugin_loads_only_when_asked(pytester):
+    pytester.makepyfile(test_q=QUARANTINED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--trace-config")
+    assert "mlinfra_lab" not in result.stdout.str(), "the plugin loaded without -p"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # no quarantine: the failure counts
+    result = pytester.runpytest(*PLUGIN, "--trace-config")
+    result.stdout.fnmatch_lines(["*mlinfra_lab.ci.pytest_plugin*"])
+    assert result.ret == pytest.ExitCode.OK
 
 
 def test_lock_round_trip_and_drift_is_reported(tmp_path):

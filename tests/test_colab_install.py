@@ -108,7 +108,8 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int) -> str:
 def _copy_sources(dest: Path) -> None:
     """What building the wheel reads: pyproject.toml, the readme, the package, mapped folders."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    files = ["pyproject.toml", project["project"]["readme"]]
+    meta = project["project"]
+    files = ["pyproject.toml", meta["readme"], *meta.get("license-files", [])]
     folders = ["mlinfra_lab", *project["tool"]["setuptools"].get("package-dir", {}).values()]
     for name in files:
         shutil.copy2(ROOT / name, dest / name)
@@ -200,6 +201,33 @@ def test_wheel_holds_the_package_and_has_the_name_the_setup_cell_downloads(wheel
         f"built {wheel.name}; the set-up cell downloads {cells.release_url()}"
     )
     assert cells.release_url().endswith(f"/{wheel.name}")
+
+
+@pytest.mark.install
+def test_wheel_ships_both_licences_and_py_typed(wheel: Path) -> None:
+    """LICENSE (MIT, the code), LICENSE-BOOK (CC BY 4.0, the book's text) and the PEP 561
+    marker: a user of the wheel gets the terms and the annotations with the package."""
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
+    info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+    for licence in ("LICENSE", "LICENSE-BOOK"):
+        assert f"{info}/licenses/{licence}" in names, (
+            f"the wheel lacks {licence}: list it in pyproject's [project] license-files"
+        )
+    assert "mlinfra_lab/py.typed" in names, "the wheel lacks py.typed: check package-data"
+    assert "License-Expression: MIT" in archive.read(f"{info}/METADATA").decode()
+    book = archive.read(f"{info}/licenses/LICENSE-BOOK").decode()
+    assert "Attribution 4.0 International" in book
+
+
+@pytest.mark.install
+def test_wheel_registers_no_pytest_plugin(wheel: Path) -> None:
+    """The quarantine plugin is opt-in (`-p mlinfra_lab.ci.pytest_plugin`): an install of the
+    wheel adds no pytest11 entry point, so no one else's pytest run loads it."""
+    archive = zipfile.ZipFile(wheel)
+    (entry_points,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    text = archive.read(entry_points).decode()
+    assert "[console_scripts]" in text and "pytest11" not in text, text
 
 
 @pytest.mark.install

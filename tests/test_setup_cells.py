@@ -1,6 +1,6 @@
 """Every notebook's set-up cell is the one rendered from _config.yml (issues 11 and 31).
 
-The cell installs a pinned release: the wheel of pyproject.toml's version, attached to the
+The cell installs a pinned release: the wheel of ``mlinfra_lab.__version__``, attached to the
 GitHub release ``v<version>`` of `repository.url` in _config.yml (the one place to change
 the repository, where the launch buttons read it too); book/_ext/setup_cells.py renders
 the cell. These tests fail when a notebook's cell was edited by hand, or the URL or the
@@ -49,7 +49,9 @@ def _setup_source(path: Path) -> str:
 
 
 def _version() -> str:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    import mlinfra_lab
+
+    return mlinfra_lab.__version__
 
 
 def test_rendered_cell_installs_this_versions_release_from_the_configured_repository() -> None:
@@ -61,26 +63,51 @@ def test_rendered_cell_installs_this_versions_release_from_the_configured_reposi
     match = SPEC.search(text)
     assert match, f"no `mlinfra-lab[course] @ URL/releases/download/vX/WHEEL` in:\n{text}"
     assert match["url"] == repo["url"].rstrip("/")
-    assert match["tag"] == _version(), "the cell must install the release of pyproject's version"
+    assert match["tag"] == _version(), "the cell must install the release of __version__"
     assert match["wheel"] == f"mlinfra_lab-{_version()}-py3-none-any.whl"
     assert "git+" not in text and "@main" not in text, "a branch is not a pinned release"
     assert 'find_spec("mlinfra_lab")' in text and "runtime.describe()" in text
 
 
+def test_the_version_is_written_once_and_pyproject_reads_it() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "mlinfra_lab.__version__"
+    }
+    assert gen.project() == ("mlinfra-lab", _version())
+
+
+def test_the_readme_and_the_cell_say_where_the_package_is_published() -> None:
+    """GitHub releases, not PyPI: neither sends a reader to a plain `pip install mlinfra-lab`."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "not on PyPI" in readme and "/releases/download/v<version>/" in readme
+    assert not re.search(r"pip install \S*mlinfra-lab(\[[a-z,]+\])?\S*`", readme), (
+        "README: the package is not on PyPI; name the release wheel's URL"
+    )
+    text = gen.render()
+    assert "GitHub release" in text and "not on PyPI" in text
+
+
 def test_the_url_and_the_version_each_come_from_one_file(tmp_path: Path) -> None:
     shutil.copy2(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "mlinfra_lab").mkdir()
+    init = tmp_path / "mlinfra_lab" / "__init__.py"
+    shutil.copy2(ROOT / "mlinfra_lab" / "__init__.py", init)
     config = tmp_path / "_config.yml"
     config.write_text("repository:\n  url: https://github.com/someone/fork/\n")
     assert gen.release_url(config) == (
         f"https://github.com/someone/fork/releases/download/v{_version()}/"
         f"mlinfra_lab-{_version()}-py3-none-any.whl"
     )
-    text = (tmp_path / "pyproject.toml").read_text()
-    (tmp_path / "pyproject.toml").write_text(text.replace(f'"{_version()}"', '"9.8.7"', 1))
+    init.write_text(init.read_text().replace(f'"{_version()}"', '"9.8.7"', 1))
     assert gen.install_spec(config) == (
         "mlinfra-lab[course] @ https://github.com/someone/fork/releases/download/v9.8.7/"
         "mlinfra_lab-9.8.7-py3-none-any.whl"
     )
+    init.write_text('"""No version here."""\n')
+    with pytest.raises(gen.SetupCellError, match="no `__version__ = "):
+        gen.render(config)
     (tmp_path / "pyproject.toml").unlink()
     with pytest.raises(gen.SetupCellError, match="pyproject.toml: cannot read"):
         gen.render(config)
@@ -152,4 +179,4 @@ def test_release_refuses_a_tag_that_is_not_the_version() -> None:
         cwd=ROOT,
     )
     assert out.returncode == 1
-    assert f"does not name pyproject.toml's version {_version()}" in out.stderr, out.stderr
+    assert f"does not name the package's version {_version()}" in out.stderr, out.stderr

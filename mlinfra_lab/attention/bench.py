@@ -221,7 +221,7 @@ def run_benchmark(
     device = runtime.device()
     if device == "cpu":
         runtime.ensure_triton_mode()
-    from tqdm.auto import tqdm
+    from mlinfra_lab.progress import progress_bar
 
     info = runtime.describe().as_dict()
     try:
@@ -240,7 +240,7 @@ def run_benchmark(
         "rows": [],
         "ratios": [],
     }
-    for shape in tqdm(cfg.shapes(), desc="attention bench", disable=not progress):
+    for shape in progress_bar(cfg.shapes(), desc="attention bench", unit="shape", enabled=progress):
         for name in cfg.providers:
             result["rows"].extend(measure(name, shape, cfg, device))
             if device == "cuda":

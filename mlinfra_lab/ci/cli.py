@@ -33,11 +33,12 @@ def _train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from mlinfra_lab.ci.train import TrainConfig, train_tiny
+    from mlinfra_lab.progress import progress_bar
 
     config = TrainConfig(
         steps=args.steps, examples=args.examples, seed=args.seed, augment_seed=args.augment_seed
     )
-    with tqdm(total=config.steps, desc="train_tiny", unit="step") as bar:
+    with progress_bar(total=config.steps, desc="train_tiny", unit="step") as bar:
 
         def on_step(step: int, loss: float) -> None:
             bar.set_postfix(loss=f"{loss:.4f}")
@@ -135,9 +136,8 @@ def _update_references(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     import json
 
-    from tqdm import tqdm
-
     from mlinfra_lab.ci.bench import BenchConfig, run_bench
+    from mlinfra_lab.progress import progress_bar
     from mlinfra_lab.results import default_out, device_label
 
     config = BenchConfig(
@@ -147,7 +147,7 @@ def _bench(args: argparse.Namespace) -> int:
         determinism_rounds=args.rounds,
     )
     seen: list[str] = []
-    with tqdm(total=3, desc="bench ci", unit="tier") as bar:
+    with progress_bar(total=3, desc="bench ci", unit="tier") as bar:
 
         def progress(stage: str) -> None:  # called as each tier starts
             if seen:

@@ -73,8 +73,8 @@ class FlakyReport:
     @property
     def spread(self) -> float:
         """Largest difference between the runs' numeric values (0.0 when they agree)."""
-        arrays = [_numbers(run.value) for run in self.runs if run.ok]
-        arrays = [a for a in arrays if a is not None]
+        found = [_numbers(run.value) for run in self.runs if run.ok]
+        arrays = [a for a in found if a is not None]
         if len(arrays) < 2 or len({len(a) for a in arrays}) > 1:
             return 0.0
         return max(max(col) - min(col) for col in zip(*arrays, strict=True)) if arrays[0] else 0.0
@@ -238,10 +238,10 @@ def detect_flaky(
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
     if not fresh_processes and isinstance(target, str):
         raise ValueError("a pytest node id always runs in fresh processes")
-    from tqdm.auto import tqdm
+    from mlinfra_lab.progress import progress_bar
 
-    with tqdm(total=runs, desc=f"detect_flaky {name}", unit="run", disable=not progress) as bar:
-        if fresh_processes:
+    with progress_bar(total=runs, desc=f"detect_flaky {name}", unit="run", enabled=progress) as bar:
+        if fresh_processes or isinstance(target, str):  # a node id: refused above otherwise
             outcomes = _run_fresh(target, runs, Path(cwd or os.getcwd()), timeout, bar.update)
         else:
             outcomes = []
@@ -293,10 +293,10 @@ def find_unseeded_source(
         bar.update()
         return report.flaky
 
-    from tqdm.auto import tqdm
+    from mlinfra_lab.progress import progress_bar
 
     most = 1 + math.ceil(math.log2(len(sources))) + int(confirm)  # baseline, halvings, confirm
-    bar = tqdm(total=most, desc="find_unseeded_source", unit="trial", disable=not progress)
+    bar = progress_bar(total=most, desc="find_unseeded_source", unit="trial", enabled=progress)
 
     with bar:
         if not varies(sources):

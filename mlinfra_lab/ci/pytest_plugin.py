@@ -15,8 +15,10 @@ Design decisions:
 - A failed quarantined report is turned into a "skipped" outcome carrying ``wasxfail``,
   which is how pytest itself keeps an xfail out of the exit status; its status category is
   ``quarantined`` (letter ``Q``), so the summary line counts it apart from passes and fails.
-- Registered by the ``pytest11`` entry point ``mlinfra_quarantine`` (pyproject.toml), so
-  every pytest run in the project's environment has it. It imports nothing heavy.
+- Opt-in: ``pytest -p mlinfra_lab.ci.pytest_plugin``, or that ``-p`` in a project's
+  ``addopts`` (this repository's pyproject.toml has it). No ``pytest11`` entry point: an
+  installed package must not change every pytest run where it is installed (a Colab
+  kernel's, another project's). It imports nothing heavy.
 """
 
 from __future__ import annotations

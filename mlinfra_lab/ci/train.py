@@ -183,7 +183,7 @@ def regression_loss(pred: Any, target: Any) -> Any:
 
 
 def _augment_seed(config: TrainConfig) -> int | None:
-    if config.augment_seed == "derived":
+    if isinstance(config.augment_seed, str):  # "derived", the one string TrainConfig takes
         return derive_seed(config.seed, "augment")
     return config.augment_seed  # an int, or None (the bug)
 
@@ -304,7 +304,7 @@ def train_tiny(
     if out_dir is None:
         return result
     result = replace(result, out_dir=Path(out_dir))
-    _write_artifacts(result, result.out_dir)
+    _write_artifacts(result, Path(out_dir))
     return result
 
 

@@ -162,6 +162,7 @@ def run_bench(config: BenchConfig) -> dict:
     """Generate, grade and check the class (see the module docstring); the record."""
     if not (REPO / "labs" / f"{LAB}.ipynb").is_file():
         raise BenchError(f"{REPO / 'labs'}: no {LAB}.ipynb; run the benchmark from a checkout")
+    where: contextlib.AbstractContextManager[str]
     if config.keep:
         Path(config.keep).mkdir(parents=True, exist_ok=True)
         where = contextlib.nullcontext(tempfile.mkdtemp(prefix="bench-grading-", dir=config.keep))

@@ -122,9 +122,9 @@ def run_notebooks(
     judges = {Path(p).resolve(): texts for p, texts in (judge_texts or {}).items()}
     bar, lock = None, threading.Lock()
     if progress:
-        from tqdm.auto import tqdm
+        from mlinfra_lab.progress import progress_bar
 
-        bar = tqdm(
+        bar = progress_bar(
             total=sum(_count_code_cells(p) for p in paths),
             desc=progress,
             unit="cell",

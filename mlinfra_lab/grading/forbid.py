@@ -63,7 +63,7 @@ import threading
 import tokenize
 import types
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from .errors import CallGuardError, ForbiddenCallError, MarkerError
 
@@ -220,10 +220,10 @@ class CallGuard:
                     raise ForbiddenCallError(violations[-1])
             elif seen.get(id(code)) is not code:  # a code object met for the first time
                 seen[id(code)] = code
-                label = by_key.get(code_key(code)) if _shape(code) in shapes else None
-                if label is not None:  # a copy (__code__.replace, FunctionType, exec)
-                    by_id[id(code)] = (label, code)
-                    violations.append(message(label))
+                copied = by_key.get(code_key(code)) if _shape(code) in shapes else None
+                if copied is not None:  # a copy (__code__.replace, FunctionType, exec)
+                    by_id[id(code)] = (copied, code)
+                    violations.append(message(copied))
                     raise ForbiddenCallError(violations[-1])
 
         return hook
@@ -258,7 +258,7 @@ class CallGuard:
         sys.setprofile(previous)
         threading.setprofile(previous_threads)
 
-    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> Literal[False]:
         intact = sys.getprofile() is self._hook
         self._restore()
         self._by_id.clear()  # threads started in the block keep the hook: make it inert

@@ -62,7 +62,7 @@ def load(path: str, names: list[str]) -> str:
         kind = entry.get("kind") if isinstance(entry, dict) else None
         if kind == "call":
             ns[name] = Replayer(name)
-        elif kind == "value":
+        elif kind == "value" and isinstance(entry, dict):  # (a "kind" implies a dict)
             ns[name] = decoder.value(entry.get("value"))
         else:  # missing in the student's kernel (or not reported): a NameError, as there
             ns.pop(name, None)

@@ -90,11 +90,12 @@ def sheet_entries(report: GradeReport, sheet: Path) -> list[Entry]:
     docstring); `ManualScoreError` names the first row that matches nothing or gives
     points out of range."""
     index: dict[tuple[str, str, str], tuple[int, int]] = {}
-    for r, result in enumerate(report.results):
-        for c, cell in enumerate(result.cells):
-            index[(result.student, result.lab, cell.cell_id)] = (r, c)
-            if cell.manual:
-                index.setdefault((result.student, result.lab, "exercise:" + cell.exercise), (r, c))
+    for r, graded in enumerate(report.results):
+        for c, graded_cell in enumerate(graded.cells):
+            index[(graded.student, graded.lab, graded_cell.cell_id)] = (r, c)
+            if graded_cell.manual:
+                key = (graded.student, graded.lab, "exercise:" + graded_cell.exercise)
+                index.setdefault(key, (r, c))
     entries: list[Entry] = []
     for line, row in _read_sheet(sheet):
         points_text = (row.get("points") or "").strip()
@@ -112,7 +113,7 @@ def sheet_entries(report: GradeReport, sheet: Path) -> list[Entry]:
         found = next((index[k] for k in keys if k in index), None)  # without the ' escape
         result = report.results[found[0]] if found else None
         cell = result.cells[found[1]] if result and found else None
-        if cell is None or (points_text and not cell.manual):
+        if result is None or cell is None or (points_text and not cell.manual):
             raise ManualScoreError(
                 f"{sheet}:{line}: no written answer of student {student!r} in lab {lab!r} "
                 f"({which}) in this gradebook; copy student, lab and cell_id from manual.csv "

@@ -235,7 +235,7 @@ def _tmpfs_used(pids: Sequence[int], mount_roots: Sequence[str]) -> int:
 def sandbox_usage(pids: Iterable[int], mount_roots: Sequence[str] = ()) -> Usage:
     """What the processes `pids` hold together (see the module docstring)."""
     pids = list(pids)
-    resident, files = 0, {}
+    resident, files = 0, dict[tuple[int, int], int]()
     for pid in pids:
         resident += max(0, _resident(pid) - _memfd(pid, files))
     return Usage(len(pids), resident, sum(files.values()), _tmpfs_used(pids, mount_roots))

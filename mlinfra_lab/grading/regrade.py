@@ -88,11 +88,11 @@ def _grade_copies(
     """Grade `chosen` from a ``STUDENT/LAB.ipynb`` copy tree; paths and names put back."""
     with tempfile.TemporaryDirectory(prefix="mlinfra-regrade-") as tmp:
         back: dict[str, Submission] = {}
-        for sub in chosen:
-            copy = Path(tmp) / sub.student / f"{sub.lab}.ipynb"
+        for picked in chosen:
+            copy = Path(tmp) / picked.student / f"{picked.lab}.ipynb"
             copy.parent.mkdir(exist_ok=True)
-            shutil.copyfile(sub.path, copy, follow_symlinks=False)
-            back[str(copy)] = sub
+            shutil.copyfile(picked.path, copy, follow_symlinks=False)
+            back[str(copy)] = picked
         report = grade_submissions([tmp], source, config, progress=progress)
 
     def restore(text: str) -> str:

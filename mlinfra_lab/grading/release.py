@@ -81,7 +81,8 @@ def release_node(nb: Any, lab: str) -> Any:
     graders = grader_cells(nb, lab)
     wrong_answers(nb, lab, graders)  # validates them; they are dropped below
     manual_cells(nb, lab)  # validates the written-answer cells; their text is replaced below
-    checksums = {c.cell_id: c.checksum for c in [*graders, *readonly_cells(nb, lab)]}
+    checksums = {c.cell_id: c.checksum for c in graders}
+    checksums |= {c.cell_id: c.checksum for c in readonly_cells(nb, lab)}
     out = copy.deepcopy(nb)
     clear_outputs(out.cells)
     for index, cell in enumerate(out.cells):

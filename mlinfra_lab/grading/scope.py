@@ -30,7 +30,7 @@ from __future__ import annotations
 import io
 import symtable
 import tokenize
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from .judge_names import python_text, scan
 
@@ -66,7 +66,7 @@ def exported_names(texts: Sequence[str]) -> list[set[str]]:
     return [bound & set().union(set(), *needs[k + 1 :]) for k, (_, bound) in enumerate(scans)]
 
 
-def scoped_source(text: str, exports: set[str] | frozenset[str] = frozenset()) -> str:
+def scoped_source(text: str, exports: Iterable[str] = frozenset()) -> str:
     """`text` as the body of a run-once function (see the module docstring)."""
     if text.lstrip().startswith("%%"):
         return text

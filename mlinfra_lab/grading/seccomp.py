@@ -52,7 +52,8 @@ _NR, _ARCH, _ARG0_LOW = 0, 4, 16  # args[0]'s low 32 bits on a little-endian CPU
 def _assemble(program: list[tuple]) -> bytes:
     """``(op, k)`` or ``(op, k, if_true, if_false)`` with label targets, and ``label``
     strings, to ``struct sock_filter`` records (jumps are relative to the next one)."""
-    labels, code = {}, []
+    labels: dict[str, int] = {}
+    code: list[tuple] = []
     for item in program:
         if isinstance(item, str):
             labels[item] = len(code)

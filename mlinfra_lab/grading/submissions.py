@@ -315,7 +315,7 @@ def _quiet_nbformat() -> Iterator[None]:
     from traitlets.log import get_logger
 
     logger = get_logger()
-    level = logger.level
+    level = (logger.logger if isinstance(logger, logging.LoggerAdapter) else logger).level
     logger.setLevel(logging.CRITICAL + 1)
     try:
         with warnings.catch_warnings():

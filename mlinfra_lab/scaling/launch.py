@@ -194,11 +194,13 @@ def _describe(beats: Any, rank: int) -> str:
 def _watch(
     procs: list[Any], beats: Any, timeout_s: float, total_steps: int, show_progress: bool
 ) -> None:
-    from tqdm.auto import tqdm
+    from mlinfra_lab.progress import progress_bar
 
     nproc = len(procs)
     start = time.time()
-    bar = tqdm(total=total_steps, desc=f"{nproc} ranks", leave=False, disable=not show_progress)
+    bar = progress_bar(
+        total=total_steps, desc=f"{nproc} ranks", unit="step", leave=False, enabled=show_progress
+    )
     try:
         while True:
             codes = [p.exitcode for p in procs]

@@ -141,8 +141,8 @@ class RunResult:
 
     def loader_samples_per_s(self) -> float | None:
         """Median over ranks of what the data loader alone sustained (samples/s per rank)."""
-        values = [r.get("loader_samples_per_s") for r in self.ranks()]
-        values = [v for v in values if v]
+        found = [r.get("loader_samples_per_s") for r in self.ranks()]
+        values = [v for v in found if v]
         return _median(values) if values else None
 
     def loader_headroom(self) -> float | None:

@@ -28,6 +28,7 @@ Caveats: the line holds between the batches it was fitted on; far above them a G
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -62,7 +63,7 @@ class ComputeRate:
         return self.fixed_s + self.per_sample_s * batch
 
     @classmethod
-    def fit(cls, points: list[tuple[float, float]], source: str = "") -> ComputeRate:
+    def fit(cls, points: Sequence[tuple[float, float]], source: str = "") -> ComputeRate:
         """Fit the line to (per-GPU batch, compute seconds per step) points.
 
         The fit minimises relative error; a negative intercept is clipped to zero.

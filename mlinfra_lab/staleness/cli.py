@@ -9,6 +9,7 @@ A bad argument raises `StalenessConfigError`, which `mlinfra_lab.cli.main` print
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 POLICIES = (
     "async",
@@ -47,10 +48,10 @@ def _bench(args: argparse.Namespace) -> int:
     import time
 
     import torch
-    from tqdm.auto import tqdm
 
     from mlinfra_lab import staleness as st
     from mlinfra_lab.errors import CommandError
+    from mlinfra_lab.progress import progress_bar
     from mlinfra_lab.results import default_out
     from mlinfra_lab.runtime import describe
 
@@ -60,7 +61,7 @@ def _bench(args: argparse.Namespace) -> int:
     speeds = st.WorkerSpeeds.lognormal(args.workers, sigma=0.3)
     st.simulate(problem, speeds, st.Async(), 50, args.lr, 0)  # warm-up: imports, first calls
     seconds, summary = [], {}
-    for rep in tqdm(range(args.repeats), desc="bench staleness"):
+    for rep in progress_bar(range(args.repeats), desc="bench staleness", unit="run"):
         start = time.perf_counter()
         result = st.simulate(
             problem, speeds, st.Async(), args.updates, args.lr, rep, eval_every=args.eval_every
@@ -99,7 +100,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     from mlinfra_lab import staleness as st
 
-    problems = {
+    problems: dict[str, Callable[[], st.Problem]] = {
         "logreg": st.logreg_problem,
         "mlp": st.mlp_problem,
         "quadratic": lambda: st.quadratic_problem(10, 10.0, noise=0.5),

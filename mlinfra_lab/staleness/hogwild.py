@@ -163,7 +163,9 @@ def run_hogwild(
             seed,
             sleeps[r],
         )
-        procs.append(ctx.Process(target=_worker, args=args, daemon=True))
+        # typeshed's BaseContext (what get_context(str) returns) lacks Process; every
+        # concrete start method's context has it.
+        procs.append(ctx.Process(target=_worker, args=args, daemon=True))  # type: ignore[attr-defined]
         procs[-1].start()
         send.close()  # the child holds its own end; EOF reaches us when it exits
         receivers.append(receive)

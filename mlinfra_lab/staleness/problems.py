@@ -62,6 +62,8 @@ def single_thread() -> Iterator[None]:
 class _Quadratic(nn.Module):
     """0.5 * mean_b sum_i h_i (x_i - xi_bi)^2: a stochastic quadratic with curvatures h."""
 
+    h: torch.Tensor  # the curvatures, a buffer (moves with the module, is not trained)
+
     def __init__(self, curvatures: torch.Tensor) -> None:
         super().__init__()
         self.x = nn.Parameter(torch.ones_like(curvatures))
@@ -117,6 +119,7 @@ class Problem:
 
     def initial_params(self) -> torch.Tensor:
         """The starting point (P,): the template's (seeded) initialisation when built, copied."""
+        assert self.start is not None  # set by __post_init__
         return self.start.clone()
 
     def _loss(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -320,9 +320,11 @@ def _run(
         pull(w, 0.0)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from mlinfra_lab.progress import progress_bar
 
-        bar = tqdm(total=updates, desc=f"simulate {policy.label}", leave=False)
+        bar = progress_bar(
+            total=updates, desc=f"simulate {policy.label}", unit="update", leave=False
+        )
     events = 0
     while version < updates and not diverged:
         if events >= max_events:

@@ -85,12 +85,13 @@ class WorkerSpeeds:
         for s in self.slowdowns:
             if not (s.factor > 0 and s.period > 0 and 0 <= s.duty <= 1):
                 raise StalenessConfigError(f"bad slowdown {s}: need factor>0, period>0, 0<=duty<=1")
-        for s in (*self.slowdowns, *self.presence):
-            if any(not 0 <= w < self.n for w in s.workers):
-                raise StalenessConfigError(f"{s} names a worker outside 0..{self.n - 1}")
-        for s in self.presence:
-            if not (s.period > 0 and 0 < s.duty <= 1):
-                raise StalenessConfigError(f"bad presence {s}: need period > 0, 0 < duty <= 1")
+        windows: list[Slowdown | Presence] = [*self.slowdowns, *self.presence]
+        for window in windows:
+            if any(not 0 <= w < self.n for w in window.workers):
+                raise StalenessConfigError(f"{window} names a worker outside 0..{self.n - 1}")
+        for p in self.presence:
+            if not (p.period > 0 and 0 < p.duty <= 1):
+                raise StalenessConfigError(f"bad presence {p}: need period > 0, 0 < duty <= 1")
 
     @property
     def n(self) -> int:

@@ -66,7 +66,7 @@ class Spread:
     n: int  # number of seeds
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> Spread:
+    def of(cls, values: Sequence[float] | np.ndarray) -> Spread:
         a = np.asarray(values, dtype=float)
         if a.size == 0 or np.isnan(a).any():
             raise StalenessConfigError(
@@ -206,9 +206,9 @@ def _check_target(target: float) -> None:
 
 
 def _bar(total: int, desc: str, progress: bool):
-    from tqdm.auto import tqdm
+    from mlinfra_lab.progress import progress_bar
 
-    return tqdm(total=total, desc=desc, leave=False, disable=None if progress else True)
+    return progress_bar(total=total, desc=desc, leave=False, enabled=progress)
 
 
 def _run(

@@ -136,8 +136,7 @@ def _grant(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
+    from mlinfra_lab.progress import progress_bar
     from mlinfra_lab.tracking.bench import BenchConfig, mlflow_available, run_benchmark, save
 
     scales = (args.mlflow_scale, args.mlflow_async_scale, args.server_scale)
@@ -165,7 +164,7 @@ def _bench(args: argparse.Namespace) -> int:
         mlflow_bin=args.mlflow_bin,
     )
     result = run_benchmark(
-        cfg, args.workdir, progress=lambda it, desc="": tqdm(it, desc=desc, leave=False)
+        cfg, args.workdir, progress=lambda it, desc="": progress_bar(it, desc=desc, leave=False)
     )
     ours = result["systems"]["mlinfra"]
     print(

@@ -106,15 +106,15 @@ def node_projects(
             out[f"dataset:{r.id}"] = (r.project_id, f"{r.name}@{r.version}")
     if by_kind["run"]:
         r_ = S.runs
-        for r in conn.execute(
+        for run in conn.execute(
             select(r_.c.id, r_.c.project_id, r_.c.name).where(r_.c.id.in_(by_kind["run"]))
         ):
-            out[f"run:{r.id}"] = (r.project_id, r.name)
+            out[f"run:{run.id}"] = (run.project_id, run.name)
     if by_kind["artifact"]:
         a, r_ = S.artifacts, S.runs
         q = select(a.c.id, r_.c.project_id, a.c.name).join(r_, r_.c.id == a.c.run_id)
-        for r in conn.execute(q.where(a.c.id.in_(by_kind["artifact"]))):
-            out[f"artifact:{r.id}"] = (r.project_id, r.name)
+        for art in conn.execute(q.where(a.c.id.in_(by_kind["artifact"]))):
+            out[f"artifact:{art.id}"] = (art.project_id, art.name)
         gone = [i for i in by_kind["artifact"] if f"artifact:{i}" not in out]
         if gone and with_tombstones:
             t = S.tombstones

@@ -163,8 +163,9 @@ def tokenize(text: str) -> list[Token]:
             ch = text[pos]
             why = "unterminated string" if ch in "\"'" else f"unexpected character {ch!r}"
             raise QueryError(why, text, pos)
-        if m.lastgroup != "ws":
-            tokens.append(Token(m.lastgroup, m.group(), pos))
+        kind = m.lastgroup or ""  # every alternative of _TOKEN is a named group
+        if kind != "ws":
+            tokens.append(Token(kind, m.group(), pos))
         pos = m.end()
     tokens.append(Token("end", "", len(text)))
     return tokens

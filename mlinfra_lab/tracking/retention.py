@@ -75,7 +75,8 @@ class RetentionPolicy:
     def rule_for(self, project: str, kind: str) -> RetentionRule | None:
         specific = [r for r in self.rules if r.kind == kind and r.project == project]
         general = [r for r in self.rules if r.kind == kind and r.project is None]
-        return (specific or general or [None])[0]
+        rules = specific or general
+        return rules[0] if rules else None
 
     def as_dict(self) -> dict:
         return asdict(self)

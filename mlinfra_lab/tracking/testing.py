@@ -115,4 +115,4 @@ def row_count(store: TrackingStore, table: str) -> int:
     from mlinfra_lab.tracking.schema import metadata
 
     with store.engine.connect() as conn:
-        return conn.execute(select(func.count()).select_from(metadata.tables[table])).scalar()
+        return conn.execute(select(func.count()).select_from(metadata.tables[table])).scalar_one()

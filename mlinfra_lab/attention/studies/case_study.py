@@ -413,7 +413,7 @@ def config_table(run: dict[str, Any]) -> list[dict[str, Any]]:
     for r in run["rows"]:
         t = {k: v for k, v in r["tflops"].items() if isinstance(v, float)}
         configs = {k: v for k, v in t.items() if k not in ANCHORS}
-        best = max(configs, key=configs.get) if configs else None
+        best = max(configs, key=lambda c: configs[c]) if configs else None
         row = {key: r[key] for key in ("head_dim", "causal", "seq")}
         row.update({a: t.get(a) for a in ANCHORS})
         row.update(configs=configs, best=best, best_tflops=configs.get(best))

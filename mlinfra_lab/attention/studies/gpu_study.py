@@ -151,13 +151,12 @@ def _correctness() -> list[dict[str, Any]]:
 
 
 def _versions(cfg: Any) -> list[dict[str, Any]]:
-    from tqdm.auto import tqdm
-
     from mlinfra_lab.attention import providers
+    from mlinfra_lab.progress import progress_bar
 
     rows: list[dict[str, Any]] = []
     jobs = [(p, s) for s in cfg.shapes() for p in cfg.providers]
-    for name, shape in tqdm(jobs, desc="v1 and the anchors", mininterval=10):
+    for name, shape in progress_bar(jobs, desc="v1 and the anchors", mininterval=10):
         rows.extend(providers.measure(name, shape, cfg, "cuda"))
         torch.cuda.empty_cache()
     return rows

@@ -124,7 +124,8 @@ def sweep(
     With `out`, the table so far is written after each shape (a cut-short sweep keeps them)."""
     runtime.ensure_triton_mode()  # before triton's first import: the interpreter on a CPU
     import triton
-    from tqdm.auto import tqdm
+
+    from mlinfra_lab.progress import progress_bar
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     info = runtime.describe().as_dict()
@@ -138,7 +139,7 @@ def sweep(
         "entries": [],
     }
     shapes = [(n, d, c) for d in head_dims for c in (False, True) for n in seqs]
-    for n, d, causal in tqdm(shapes, desc="tile sweep", disable=not progress):
+    for n, d, causal in progress_bar(shapes, desc="tile sweep", unit="shape", enabled=progress):
         table["entries"] += _shape_entries(
             gpu, getattr(torch, dtype), tokens // n, model_dim // d, n, d, causal, repeats, rep_ms
         )

@@ -59,8 +59,8 @@ def mlflow_server_command(hint: str | None = None) -> list[str] | None:
     """The command that starts MLflow: `hint`, else ``mlflow`` on PATH, else ``python -m mlflow``."""
     if hint:
         return [hint]
-    if shutil.which("mlflow"):
-        return [shutil.which("mlflow")]
+    if found := shutil.which("mlflow"):
+        return [found]
     if importlib.util.find_spec("mlflow") is not None:
         return [sys.executable, "-m", "mlflow"]
     return None
@@ -124,6 +124,7 @@ def bench_served(
         "backend": db_url.split(":", 1)[0],
         "scale": cfg.server_scale_or_default(),
     }
+    assert proc.stdout is not None  # started with pipe=True
     try:
         line = proc.stdout.readline()
         if not line.startswith("serving on "):

@@ -145,7 +145,11 @@ class RemoteRun(RunHandle):
         """Stream `source` (bytes, a file path or a binary stream) to the server as an artifact."""
         self._check_open()
         check_name(name)
-        params = {"name": name, "kind": kind, "pinned": str(bool(pinned)).lower()}
+        params: dict[str, str | int] = {
+            "name": name,
+            "kind": kind,
+            "pinned": str(bool(pinned)).lower(),
+        }
         if step is not None:
             params["step"] = int(step)
         out = self.client.request(
