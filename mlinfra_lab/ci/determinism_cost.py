@@ -42,6 +42,11 @@ VARIANTS = ("default", "deterministic", "deterministic, no fill")
 
 @contextlib.contextmanager
 def _fill_uninitialized(enabled: bool) -> Iterator[None]:
+    from mlinfra_lab import runtime
+
+    # torch.utils.deterministic imports torch's compiler, which imports triton: on a machine
+    # without a GPU the interpreter must be switched on first (`runtime.ensure_triton_mode`)
+    runtime.ensure_triton_mode()
     import torch.utils.deterministic as det
 
     # torch makes this module attribute a property by swapping the module's class at run

@@ -136,6 +136,12 @@ def measure_gpu_determinism_cost(
 
     import torch
 
+    from mlinfra_lab import runtime
+
+    # deterministic() reaches torch's compiler stack, which imports triton: on a machine
+    # without a GPU the interpreter must be switched on before that first import
+    runtime.ensure_triton_mode()
+
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise NoCudaDeviceError(
             "measure_gpu_determinism_cost needs a CUDA device and none is visible; run it on "
