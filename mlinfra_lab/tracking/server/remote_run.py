@@ -15,9 +15,12 @@ Design decisions:
   refused batch (a revoked grant) or a lost connection loses no point: `flush` again.
   A batch the server wrote but whose answer was lost would be sent twice by a retry;
   the history then holds the points twice, the latest values are unchanged.
-- Checks that need no server happen here first, with the store's own messages (a NaN
-  metric, a bad end status, a dangerous artifact name), so a mistake fails at the line
-  that made it, as in process.
+- Checks that need no server happen here first, with the store's own rules and messages
+  (`bounds`: a non-finite metric, a step out of range, a metric name that is too long or
+  not Unicode; a bad end status, a dangerous artifact name), so a mistake fails at the line
+  that made it, as in process, and a point the server would refuse is never buffered: a
+  refused batch is one the server may accept later (a grant restored, the server back),
+  never one that fails the same way on every flush.
 - The run talks through the client's `request` (`Transport`), and does not import the
   client: the client depends on the run, not both ways.
 - The handle holds only the run's id: the server never trusts its project or name (it
@@ -26,11 +29,11 @@ Design decisions:
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
 from typing import Any, BinaryIO, Protocol
 
+from mlinfra_lab.tracking import bounds
 from mlinfra_lab.tracking.artifacts import CHUNK, check_name
 from mlinfra_lab.tracking.errors import TrackingError
 from mlinfra_lab.tracking.handle import RunHandle
@@ -91,16 +94,14 @@ class RemoteRun(RunHandle):
     def log_metrics(self, values: dict[str, float], step: int | None = None) -> None:
         """Buffer one point per key at `step` (default: one past the previous step)."""
         self._check_open()
-        step = self._next_step(step)
-        point = {}
-        for key, value in values.items():
-            v = float(value)
-            if math.isnan(v):
-                raise TrackingError(
-                    f"metric {key!r} is NaN at step {step}; log a number, and "
-                    "record divergence as a tag (e.g. diverged=step)"
-                )
-            point[str(key)] = v
+        step = self._next_step(bounds.step(self._step if step is None else step))
+        key_chars = bounds.column_chars("metrics", "key")
+        point = {  # every value checked before the point is buffered, by the store's own rules
+            bounds.text("metric name", key, key_chars): bounds.finite(
+                f"metric {key!r} at step {step}", value
+            )
+            for key, value in values.items()
+        }
         self._buffer.append((step, point))
         self._points += len(point)
         if self._points >= self.batch_size:
