@@ -215,3 +215,37 @@ def test_the_store_applies_one_rule_on_both_backends(backend, tmp_path):
         assert store.get_run(run.id).params["huge"] == str(10**400)
         assert store.metric_history(run.id, "a") == [(2**31 - 1, 1.0)]
         assert store.count("runs") == 1
+
+
+def test_a_remote_run_drops_a_point_the_server_refuses_and_writes_the_rest(server, monkeypatch):
+    """A client whose checks let a bad point through (an older client, a newer server's
+    rule): the refused batch is split, the bad points are dropped and reported, the rest
+    written, and the run still ends; before, the batch was refused on every flush."""
+    from types import SimpleNamespace
+
+    from mlinfra_lab.tracking.server import remote_run
+
+    lax = SimpleNamespace(  # the client checks nothing: only the server does
+        step=int, text=lambda _f, v, *a, **k: v, finite=lambda _f, v: float(v)
+    )
+    lax.column_chars = lambda *_: 10**6
+    monkeypatch.setattr(remote_run, "bounds", lax, raising=False)
+    store, url, secret, _ = server
+    with TrackingClient(url, secret) as alice:
+        run = alice.start_run("p", name="lax client")
+        run.log_metrics({"loss": 1.0, "acc": 0.1}, step=1)
+        run.log_metrics({"loss": 0.9}, step=2**40)
+        run.log_metrics({"loss": 0.8, LONG: 0.5}, step=3)
+        with pytest.warns(UserWarning, match="refused metric") as caught:
+            assert run.flush() == 3, "loss@1, acc@1 and loss@3 are written"
+        assert len(caught) == 2 and [(s, k) for s, k, _, _ in run.refused] == [
+            (2**40, "loss"),
+            (3, LONG),
+        ]
+        assert "out of range" in run.refused[0][3] and "300 characters" in run.refused[1][3]
+        assert run.flush() == 0, "nothing is left to re-send"
+        run.log_metrics({"loss": 0.7}, step=2**33)
+        with pytest.warns(UserWarning, match="refused metric 'loss' at step 8589934592"):
+            run.end()
+    assert store.get_run(run.id, user="alice").status == "FINISHED"
+    assert store.metric_history(run.id, "loss", user="alice") == [(1, 1.0), (3, 0.8)]
