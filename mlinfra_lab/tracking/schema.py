@@ -203,6 +203,7 @@ artifacts = Table(
     Column("created_at", Float, nullable=False),
     Index(None, "run_id", "kind"),
     Index(None, "uri"),
+    Index(None, "sha256"),  # the collector's re-check: which rows name this blob's digest
     sqlite_autoincrement=True,  # ids never reused (see the module docstring)
 )
 

@@ -1,4 +1,5 @@
-"""Ids never reused: SQLite's ``artifacts`` and ``pending_uploads`` get AUTOINCREMENT.
+"""Ids never reused: SQLite's ``artifacts`` and ``pending_uploads`` get AUTOINCREMENT; an index
+on ``artifacts.sha256``.
 
 An ``INTEGER PRIMARY KEY`` without AUTOINCREMENT is SQLite's rowid, and a new row takes the
 largest rowid + 1: delete the newest artifact and the next one gets its id, and with it the
@@ -11,7 +12,10 @@ SQLite cannot alter a key in place, so each table is rebuilt (Alembic's batch mo
 drop, rename, indexes recreated); no other table's foreign key points at either, so the drop
 cascades nowhere. The high-water mark starts above every id the database still mentions: the
 rows, the tombstones, and the ``artifact:N`` nodes of the lineage edges. PostgreSQL's
-sequences never go back, so there this revision changes nothing.
+sequences never go back, so there only the index is added.
+
+The index serves the garbage collector, which re-checks a blob against the rows that hold
+its digest (whatever spelling of the root they were written with) before deleting it.
 
 Revision ID: 0007
 Revises: 0006
@@ -60,8 +64,10 @@ def _rebuild(autoincrement: bool) -> None:
 def upgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         _rebuild(autoincrement=True)
+    op.create_index(op.f("ix_artifacts_sha256"), "artifacts", ["sha256"], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_artifacts_sha256"), table_name="artifacts")
     if op.get_bind().dialect.name == "sqlite":
         _rebuild(autoincrement=False)
