@@ -84,7 +84,8 @@ def test_the_token_comes_from_a_file_or_the_environment_not_the_command_line(
 def test_a_refused_authentication_is_logged_without_the_token(served, caplog):
     _, url, secret = served
     guess = "guess-" + "x" * 20
-    with caplog.at_level(logging.WARNING, logger="mlinfra_lab.tracking.server"):
+    server_log = "mlinfra_lab.tracking.server"  # the package's logger: every module's is under it
+    with caplog.at_level(logging.WARNING, logger=server_log):
         for headers in (
             {},
             {"Authorization": f"Basic {guess}"},
@@ -94,7 +95,7 @@ def test_a_refused_authentication_is_logged_without_the_token(served, caplog):
             assert r.status_code == 401
         ok = httpx.get(f"{url}/api/whoami", headers={"Authorization": f"Bearer {secret}"})
         assert ok.status_code == 200
-    lines = [r.getMessage() for r in caplog.records if r.name == "mlinfra_lab.tracking.server"]
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith(server_log + ".")]
     assert len(lines) == 3, f"each refusal leaves one line, a success none: {lines}"
     assert "no Authorization header" in lines[0] and "not a bearer token" in lines[1]
     assert "unknown or revoked token" in lines[2]

@@ -6,10 +6,10 @@ that names a user in its query string); `store_of(request)` is the app's `Tracki
 `json_response(obj)` is a reply made by `wire.dumps`. `NO_USER` is the server's store's
 default user, a name no token can have.
 
-A refused authentication is logged (logger ``mlinfra_lab.tracking.server``, WARNING): the
-client's address, the method and path, and why (no Authorization header, not a bearer
-token, an unknown or revoked token), never the token itself, so that the log of a server
-under a guessing attack shows the attack without becoming a list of secrets to try.
+A refused authentication is logged at WARNING (this module's logger, under the server
+package's): the client's address, the method and path, and why (no Authorization header,
+not a bearer token, an unknown or revoked token), never the token itself, so that the log
+of a server under a guessing attack shows the attack without becoming a list of secrets.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ __all__ = ["NO_USER", "caller", "json_response", "store_of"]
 # The server's store has this default user, which no token can name (it is not printable):
 # a call that forgot ``user=`` acts as nobody instead of as someone.
 NO_USER = "\x00no-user"
-log = logging.getLogger("mlinfra_lab.tracking.server")
+log = logging.getLogger(__name__)  # under the server package's logger
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
