@@ -41,6 +41,7 @@ __all__ = [
     "column_chars",
     "data_error",
     "finite",
+    "metric_value",
     "ident",
     "step",
     "text",
@@ -127,6 +128,18 @@ def finite(field: str, value: Any) -> float:
             f"{field} is {'NaN' if math.isnan(v) else v}, not a finite number; log a number, and record divergence "
             "as a tag (e.g. diverged=step)"
         )
+    return v
+
+
+def metric_value(key: str, value: Any, step: int) -> float:
+    """`finite` for metric `key` at `step`, whose message is only built for a refusal (the
+    ingest path calls this once per point)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        v = None
+    if v is None or not math.isfinite(v):
+        return finite(f"metric {key!r} at step {step}", value)  # raises, with the message
     return v
 
 

@@ -82,13 +82,12 @@ class Run(RunHandle):
         self._check_open()
         step = self._next_step(bounds.step(self._step if step is None else step))
         now = time.time()
-        key_chars = bounds.column_chars("metrics", "key")
         points = [  # every value checked before any is buffered: a refused call buffers nothing
             {
                 "run_id": self.id,
-                "key": bounds.text("metric name", key, key_chars),
+                "key": self._metric_key(key),
                 "step": step,
-                "value": bounds.finite(f"metric {key!r} at step {step}", value),
+                "value": bounds.metric_value(key, value, step),
                 "timestamp": now,
             }
             for key, value in values.items()

@@ -104,11 +104,8 @@ class RemoteRun(RunHandle):
         """Buffer one point per key at `step` (default: one past the previous step)."""
         self._check_open()
         step = self._next_step(bounds.step(self._step if step is None else step))
-        key_chars = bounds.column_chars("metrics", "key")
         point = {  # every value checked before the point is buffered, by the store's own rules
-            bounds.text("metric name", key, key_chars): bounds.finite(
-                f"metric {key!r} at step {step}", value
-            )
+            self._metric_key(key): bounds.metric_value(key, value, step)
             for key, value in values.items()
         }
         self._buffer.append((step, point))
