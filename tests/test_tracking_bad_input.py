@@ -248,3 +248,17 @@ def test_a_remote_run_drops_a_point_the_server_refuses_and_writes_the_rest(serve
             run.end()
     assert store.get_run(run.id, user="alice").status == "FINISHED"
     assert store.metric_history(run.id, "loss", user="alice") == [(1, 1.0), (3, 0.8)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_project_name_outgrows_the_audit_column(backend, tmp_path):
+    """Audit rows keep the first 200 characters of a project name: a 214-character project
+    would have its rows read by whoever created the project named by its 200-character
+    prefix. No name longer than the column can exist now, on either backend."""
+    long = "team-" + "x" * 209
+    with fresh_store(backend, tmp_path, default_user="alice") as store:
+        with pytest.raises(InvalidInput, match="214 characters long, more than the 200"):
+            store.start_run(long, name="alice's secret run", user="alice")
+        store.start_run(long[:200], user="mallory").end()
+        rows = store.audit_log(long[:200], user="mallory")
+        assert rows and {r["principal"] for r in rows} == {"mallory"}
