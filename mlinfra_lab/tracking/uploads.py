@@ -31,7 +31,7 @@ import os
 import time
 from typing import BinaryIO
 
-from sqlalchemy import Connection, Engine, delete, select, text, update
+from sqlalchemy import Connection, Engine, delete, select, text, union_all, update
 
 from mlinfra_lab.tracking import access
 from mlinfra_lab.tracking import schema as S
@@ -175,14 +175,13 @@ def delete_if_unused(
     sha = uri.rpartition("/")[2]
     with database_errors("collecting garbage", True), write_tx(engine) as conn:
         lock_blob(conn, uri)
-        rows = conn.execute(select(a.c.uri).where(a.c.sha256 == sha)).scalars().all()
-        rows += (
-            conn.execute(
-                select(p.c.uri).where(p.c.uri.like(f"%/{sha}"), p.c.started_at > now - stale_s)
-            )
-            .scalars()
-            .all()
+        # One statement, one snapshot: on PostgreSQL (READ COMMITTED) two separate reads could
+        # miss an upload whose row insert and pending delete commit between them.
+        naming = union_all(
+            select(a.c.uri).where(a.c.sha256 == sha),
+            select(p.c.uri).where(p.c.uri.like(f"%/{sha}"), p.c.started_at > now - stale_s),
         )
+        rows = conn.execute(naming).scalars().all()
         if any(canonical_blob_uri(u) == uri for u in rows):
             return False
         blobs.delete(uri)  # inside the transaction: no upload of this blob can commit meanwhile
