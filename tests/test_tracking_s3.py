@@ -17,7 +17,7 @@ import uuid
 import pytest
 from _artifact_streaming import open_and_hash
 
-from mlinfra_lab.tracking import IntegrityError, RetentionPolicy, RetentionRule
+from mlinfra_lab.tracking import IntegrityError, RetentionPolicy, RetentionRule, TrackingError
 from mlinfra_lab.tracking.loopback_s3 import loopback_s3
 from mlinfra_lab.tracking.testing import available_backends, fresh_store
 from mlinfra_lab.tracking.tiers import cold_and_cached_reads
@@ -123,3 +123,19 @@ def test_a_cold_read_fetches_the_object_and_a_cache_hit_fetches_nothing(tmp_path
     for r in rows:
         assert r["cold_bytes"] == r["size"] and r["cold_calls"] >= 1, r
         assert r["hit_bytes"] == 0 and r["hit_calls"] == 0, r
+
+
+def test_gc_leaves_another_teams_objects_under_a_shared_cold_prefix(store):
+    """A cold root in a bucket prefix other teams use too: gc deletes only the store's own
+    content-addressed blobs there, never another team's objects, even under ``blobs/``."""
+    fs = s3fs.S3FileSystem()
+    bucket = store.artifact_root.split("/")[2]
+    shared = f"s3://{bucket}/shared"
+    theirs = [f"{bucket}/shared/blobs/reports/q3.csv", f"{bucket}/shared/blobs/ab/notes.txt"]
+    for key in theirs:
+        fs.pipe(key, b"another team's object")
+    report = store.gc(grace_seconds=0, extra_roots=[shared])
+    assert [k for k in theirs if not fs.exists(k)] == [], "gc deleted objects it never made"
+    assert report.deleted == () and store.read_artifact(store.honest.id) == b"honest weights"
+    with pytest.raises(TrackingError, match="overlaps the artifact root"):
+        store.gc(grace_seconds=0, extra_roots=[f"s3://{bucket}/tracking/blobs"])

@@ -74,7 +74,7 @@ from sqlalchemy import (
     update,
 )
 
-from mlinfra_lab.tracking import audit
+from mlinfra_lab.tracking import audit, bounds
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import NotFound, NotFoundOrDenied, PermissionDenied, TrackingError
 from mlinfra_lab.tracking.writing import insert_ignoring_conflicts
@@ -125,8 +125,7 @@ class Level(enum.IntEnum):
 
 def ensure_principal(conn: Connection, name: str, kind: str = "user") -> int:
     """Id of principal `name`, created as a `kind` ("user" or "team") when missing."""
-    if not name or len(name) > 200:
-        raise TrackingError(f"principal name must be 1..200 characters, got {name!r}")
+    bounds.text("a principal name", name, bounds.column_chars("principals", "name"))
     p = S.principals
     find = select(p.c.id, p.c.kind).where(p.c.name == name)
     row = conn.execute(find).first()
@@ -199,8 +198,14 @@ def viewer(conn: Connection, user: str) -> Callable[[int], bool]:
     return visible
 
 
+def _project_name(name: str) -> str:
+    """`name` if a project could be called that (`bounds.text`: `InvalidInput` otherwise)."""
+    return bounds.text("a project name", name, bounds.column_chars("projects", "name"))
+
+
 def find_project(conn: Connection, name: str) -> int | None:
     """Id of project `name`, or None when there is none (no access check: the caller's)."""
+    _project_name(name)
     return conn.execute(select(S.projects.c.id).where(S.projects.c.name == name)).scalar()
 
 
@@ -233,7 +238,7 @@ def require(conn: Connection, project: str, user: str, needed: Level, action: st
     A project that does not exist is reported as missing a grant too, so that probing
     names tells an outsider nothing.
     """
-    pid = conn.execute(_statements()["project"], {"name": project}).scalar()
+    pid = conn.execute(_statements()["project"], {"name": _project_name(project)}).scalar()
     if pid is None or effective_level(conn, pid, user) < needed:
         raise PermissionDenied(user, project, needed.name, action)
     return pid
@@ -260,6 +265,7 @@ def require_run(conn: Connection, run_id: int, user: str, needed: Level, action:
     `user`, `PermissionDenied` when `user` sees it but lacks `needed`.
     """
     r, p = S.runs, S.projects
+    bounds.ident("run", run_id)
     found = conn.execute(
         select(r.c.project_id, p.c.name.label("project"))
         .join(p, p.c.id == r.c.project_id)
@@ -273,6 +279,7 @@ def require_artifact(
 ) -> Row[Any]:
     """Row (uri, sha256, run_id, project_id, project) of an artifact if `user` holds `needed`."""
     a, r, p = S.artifacts, S.runs, S.projects
+    bounds.ident("artifact", artifact_id)
     found = conn.execute(
         select(a.c.uri, a.c.sha256, a.c.run_id, r.c.project_id, p.c.name.label("project"))
         .join(r, r.c.id == a.c.run_id)
@@ -343,6 +350,7 @@ def set_grant(
     if kind not in (None, "user", "team"):
         raise TrackingError(f"kind must be 'user', 'team' or None, got {kind!r}")
     p = S.principals
+    bounds.text("a principal name", principal, bounds.column_chars("principals", "name"))
     row = conn.execute(select(p.c.id, p.c.kind).where(p.c.name == principal)).first()
     if row is None:
         if level == Level.NONE:

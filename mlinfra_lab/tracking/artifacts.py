@@ -20,6 +20,15 @@ Design decisions:
   the AWS environment, never from the database. Reads fetch `CHUNK`-sized ranges and
   writes buffer one `PART`, so memory stays bounded whatever the blob size; the S3 path
   is tested against moto's S3 server on loopback (``tests/test_tracking_s3.py``).
+- One root, one name. A local root is resolved (symlinks, ``.`` and ``..``, ``file://`` or a
+  plain path) before it is used or compared (`to_url`), and a blob URI read from a row is
+  compared in that form (`canonical_blob_uri`): the garbage collector decides whether a
+  blob is referenced by comparing names, and two spellings of one folder must not look
+  like two folders. Object-store URLs are compared as written (their keys may hold ``..``).
+- Only what the store made is listed: `list_blobs` yields the files that have the
+  content-addressed layout, ``blobs/<sha[:2]>/<sha>`` (64 hex digits), and nothing else
+  under a root, so a cold root shared with other files never exposes those to deletion;
+  `overlaps` tells whether two roots share a prefix, which the store refuses for a cold root.
 - Artifact *names* are labels in the database, never paths: `check_name` still refuses
   names that would be dangerous if someone exported artifacts by name (``..``, absolute
   paths, NUL bytes, backslashes).
@@ -41,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -55,8 +65,10 @@ from mlinfra_lab.tracking.errors import ArtifactNameError, IntegrityError
 __all__ = [
     "BlobStore",
     "PutResult",
+    "canonical_blob_uri",
     "check_name",
     "open_uri",
+    "overlaps",
     "sha256_file",
     "to_url",
     "verified_copy",
@@ -89,9 +101,28 @@ def check_name(name: str) -> str:
     return name
 
 
+_BLOB = re.compile(r"([0-9a-f]{2})/([0-9a-f]{64})")  # blobs/<sha[:2]>/<sha>, relative to blobs/
+
+
 def to_url(root: str) -> str:
-    """An fsspec URL for `root`: URLs pass through, a plain path becomes ``file://<absolute path>``."""
-    return root if "://" in root else "file://" + os.path.abspath(root)
+    """The canonical fsspec URL of `root`: a plain path or a ``file://`` URL becomes
+    ``file://<real absolute path>`` (symlinks, ``.`` and ``..`` resolved); other URLs pass
+    through, without a trailing slash."""
+    if root.startswith("file://"):
+        return "file://" + os.path.realpath(root[len("file://") :])
+    return root.rstrip("/") if "://" in root else "file://" + os.path.realpath(root)
+
+
+def canonical_blob_uri(uri: str) -> str:
+    """`uri` (``<root>/blobs/...``, as a row holds it) with its root in `to_url`'s form."""
+    root, sep, rest = uri.rpartition("/blobs/")
+    return f"{to_url(root)}/blobs/{rest}" if sep else uri
+
+
+def overlaps(a: str, b: str) -> bool:
+    """Whether roots `a` and `b` (any spelling) are one folder or one holds the other."""
+    a, b = to_url(a).rstrip("/"), to_url(b).rstrip("/")
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def open_uri(uri: str) -> BinaryIO:
@@ -239,12 +270,16 @@ class BlobStore:
             pass
 
     def list_blobs(self) -> list[tuple[str, float]]:
-        """(uri, modified time as epoch seconds) of every blob under this root."""
+        """(uri, modified time as epoch seconds) of every blob under this root: the files with
+        the content-addressed layout only (see the module doc), never anything else there."""
         base = f"{self._root_path}/blobs"
         if not self.fs.exists(base):
             return []
         out = []
         for path in self.fs.find(base):
+            m = _BLOB.fullmatch(path[len(base) + 1 :])
+            if m is None or not m.group(2).startswith(m.group(1)):
+                continue  # not a blob this store wrote: never listed, so never deleted
             try:
                 mtime = self.fs.modified(path).timestamp()
             except (NotImplementedError, AttributeError):

@@ -22,6 +22,12 @@ Design decisions:
   path whose name says whether it is a cache entry).
 - An evicted entry stays readable through a file opened before the eviction (POSIX
   unlink semantics), so a reader never races the eviction of what it reads.
+- Thread-safe: the server's worker threads share one cache. A lock guards the recency
+  order, the byte count, the counters and every step that names a cache file (look up and
+  open a hit; evict, rename into place and open a fill), so a file is always opened before
+  another thread can evict it. Fetching and hashing run outside the lock: a slow download
+  holds no other reader up. Two threads missing the same blob both fetch it (the second
+  rename replaces identical bytes).
 
 Reference: the course text, ch. 4 ("hot artifact cache").
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -72,6 +79,7 @@ class ArtifactCache:
         self.hits = self.misses = self.evictions = 0
         self._lru: OrderedDict[str, int] = OrderedDict()  # sha -> size, oldest first
         self._total = 0  # sum of self._lru's sizes
+        self._lock = threading.Lock()  # guards the above, the counters and the cache's files
         entries = [p for p in self.dir.iterdir() if p.is_file() and len(p.name) == 64]
         for p in sorted(entries, key=lambda p: p.stat().st_atime):
             self._lru[p.name] = p.stat().st_size
@@ -83,13 +91,18 @@ class ArtifactCache:
         return self._total
 
     def stats(self) -> CacheStats:
-        return CacheStats(self.hits, self.misses, self.evictions, self.bytes_cached, self.max_bytes)
+        with self._lock:
+            return CacheStats(
+                self.hits, self.misses, self.evictions, self.bytes_cached, self.max_bytes
+            )
 
     def reset_stats(self) -> None:
-        self.hits = self.misses = self.evictions = 0
+        with self._lock:
+            self.hits = self.misses = self.evictions = 0
 
     def __contains__(self, sha256: str) -> bool:
-        return sha256 in self._lru
+        with self._lock:
+            return sha256 in self._lru
 
     def open(
         self, sha256: str, fetch: Callable[[], BinaryIO], artifact_id: int | None = None
@@ -97,19 +110,16 @@ class ArtifactCache:
         """An open binary file of the verified blob `sha256`; `fetch` opens it in the store
         on a miss. Raises `IntegrityError` when the cached or fetched bytes do not match."""
         path = self.dir / sha256
-        if sha256 in self._lru and path.exists():
-            f = open(path, "rb")  # noqa: SIM115 (handed to the caller, who closes it)
+        f = self._open_hit(sha256, path)
+        if f is not None:  # opened under the lock: an eviction from now on cannot take it
             actual = sha256_file(f)
             if actual != sha256:
                 f.close()
-                self._drop(sha256)
+                with self._lock:
+                    self._drop(sha256)
                 raise IntegrityError(artifact_id, sha256, actual, f"in the cache ({path})")
-            self.hits += 1
-            self._lru.move_to_end(sha256)
             f.seek(0)
             return f
-        self._total -= self._lru.pop(sha256, 0)
-        self.misses += 1
         tmp = self.dir / f".tmp-{uuid.uuid4().hex}"
         h, size = hashlib.sha256(), 0
         try:
@@ -122,13 +132,30 @@ class ArtifactCache:
                 raise IntegrityError(artifact_id, sha256, h.hexdigest(), "in the artifact store")
             if size > self.max_bytes:  # too big to keep: served from the unnamed temporary file
                 return open(tmp, "rb")  # unlinked below; the caller closes it
-            self._evict(size)
-            os.replace(tmp, path)
+            with self._lock:
+                self._total -= self._lru.pop(sha256, 0)  # another thread may have filled it
+                self._evict(size)
+                os.replace(tmp, path)
+                self._lru[sha256] = size
+                self._total += size
+                return open(path, "rb")  # the caller closes it
         finally:
             tmp.unlink(missing_ok=True)
-        self._lru[sha256] = size
-        self._total += size
-        return open(path, "rb")  # the caller closes it
+
+    def _open_hit(self, sha256: str, path: Path) -> BinaryIO | None:
+        """The cached file of `sha256`, opened and counted as a hit; None (a miss) if absent."""
+        with self._lock:
+            if sha256 in self._lru:
+                try:
+                    f = open(path, "rb")  # noqa: SIM115 (handed to the caller, who closes it)
+                except FileNotFoundError:  # removed behind the cache's back
+                    self._total -= self._lru.pop(sha256)
+                else:
+                    self.hits += 1
+                    self._lru.move_to_end(sha256)
+                    return f
+            self.misses += 1
+            return None
 
     def _drop(self, sha256: str) -> None:
         self._total -= self._lru.pop(sha256, 0)

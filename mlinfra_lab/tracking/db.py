@@ -39,6 +39,8 @@ Design decisions:
 - A driver error never reaches a caller raw: its message carries the SQL and its
   parameters (another user's values, a whole hostile filter). `DatabaseError` names the
   operation, the driver's exception class and the SQLSTATE, and is raised ``from None``.
+  An error that a value sent caused (text that is not Unicode, a number out of range:
+  `bounds.data_error`) is `InvalidInput` instead, a client error that a retry cannot fix.
 
 Caveat: SQLite allows one writer at a time; WAL makes that writer cheap, not parallel.
 """
@@ -57,6 +59,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 
+from mlinfra_lab.tracking.bounds import data_error
 from mlinfra_lab.tracking.errors import DatabaseError
 
 __all__ = [
@@ -144,11 +147,16 @@ def sqlstate(err: DBAPIError) -> str | None:
 
 @contextlib.contextmanager
 def database_errors(what: str, wrote: bool = False) -> Iterator[None]:
-    """Re-raise a driver error from the block as `DatabaseError` (no SQL, no parameters)."""
+    """Re-raise a driver error from the block as `DatabaseError` (no SQL, no parameters), or
+    as `InvalidInput` when a value sent caused it (`bounds.data_error`)."""
     try:
         yield
+    except (UnicodeEncodeError, OverflowError) as err:
+        raise data_error(err) from None
     except DBAPIError as err:
-        raise DatabaseError(what, type(err.orig).__name__, sqlstate(err), wrote) from None
+        raise data_error(err.orig, sqlstate(err)) or DatabaseError(
+            what, type(err.orig).__name__, sqlstate(err), wrote
+        ) from None
 
 
 def transact(engine: Engine, fn: Callable[[Connection], T], what: str) -> T:
@@ -164,9 +172,13 @@ def transact(engine: Engine, fn: Callable[[Connection], T], what: str) -> T:
         try:
             with write_tx(engine) as conn:
                 return fn(conn)
+        except (UnicodeEncodeError, OverflowError) as err:
+            raise data_error(err) from None
         except DBAPIError as err:
             if sqlstate(err) not in _TRANSIENT or attempt == RETRIES - 1:
-                raise DatabaseError(what, type(err.orig).__name__, sqlstate(err), True) from None
+                raise data_error(err.orig, sqlstate(err)) or DatabaseError(
+                    what, type(err.orig).__name__, sqlstate(err), True
+                ) from None
         time.sleep(min(0.5, 0.005 * 2**attempt) * (0.5 + rng.random()))
     raise AssertionError("unreachable")
 

@@ -16,6 +16,10 @@ Design decisions:
   a caret under it, the way a compiler points at a syntax error.
 - `DatabaseError` wraps any driver error that reaches the store's API: a caller catching
   `TrackingError` sees every failure, and no message carries SQL or parameters.
+- `InvalidInput` is a value that can never be stored, whatever the state of the store: text
+  that is not Unicode (a lone surrogate) or longer than its column, an integer outside the
+  32-bit range that ids and steps share on both backends, a non-finite metric. It is a
+  client error (HTTP 422), never a `DatabaseError`, whose message says to retry.
 - `IntegrityError` is raised when bytes read back do not hash to the recorded sha256: a
   tampered or corrupted blob is never returned silently.
 - `AuthenticationError` and `IdentityError` belong to the tracking server (`server`): the
@@ -35,6 +39,7 @@ __all__ = [
     "DatabaseError",
     "IdentityError",
     "IntegrityError",
+    "InvalidInput",
     "NotFound",
     "NotFoundOrDenied",
     "PermissionDenied",
@@ -75,6 +80,10 @@ class IdentityError(TrackingError, ValueError):
 
 class RequestTooLarge(TrackingError, ValueError):
     """A request to the tracking server whose body is over its limit, or of unstated length."""
+
+
+class InvalidInput(TrackingError, ValueError):
+    """A value no backend can store (see `bounds`): the same input fails again, so do not retry."""
 
 
 class ServerUnavailable(TrackingError, ConnectionError):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from mlinfra_lab.tracking import bounds
 from mlinfra_lab.tracking.errors import TrackingError
 
 __all__ = ["RunHandle"]
@@ -34,6 +35,7 @@ class RunHandle(ABC):
         self._step = 0
         self.ended = False
         self.flushes = 0  # batches written (the benchmark reports it)
+        self._keys_ok: set[str] = set()  # metric names already checked (`bounds.text`)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(id={self.id}, project={self.project!r}, name={self.name!r})"
@@ -58,6 +60,13 @@ class RunHandle(ABC):
         step = self._step if step is None else int(step)
         self._step = step + 1
         return step
+
+    def _metric_key(self, key: str) -> str:
+        """`key` if it can name a metric (`bounds.text`), checked once per name and handle."""
+        if key not in self._keys_ok:
+            bounds.text("a metric name", key, bounds.column_chars("metrics", "key"))
+            self._keys_ok.add(key)
+        return key
 
     def log_metric(self, key: str, value: float, step: int | None = None) -> None:
         self.log_metrics({key: value}, step)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, insert, literal, select
 
+from mlinfra_lab.tracking import bounds
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level, effective_level
 from mlinfra_lab.tracking.errors import NotFoundOrDenied, TrackingError
@@ -55,8 +56,11 @@ def parse_node(node: str) -> tuple[str, str]:
         raise TrackingError(
             f"bad lineage node {node!r}: write kind:id, e.g. dataset:3, run:12, artifact:40, code:ab12"
         )
-    if kind != "code" and not key.isdigit():
+    if kind != "code" and not (key.isascii() and key.isdigit()):
         raise TrackingError(f"bad lineage node {node!r}: {kind} ids are integers")
+    bounds.text("a lineage node", node, bounds.column_chars("lineage_edges", "src"))
+    if kind != "code":
+        bounds.ident(kind, int(key))
     return kind, key
 
 

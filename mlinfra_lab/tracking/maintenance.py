@@ -20,6 +20,11 @@ Design decisions:
   records. It also sweeps what dead writers leave: pending records and partial ``tmp/``
   files older than `stale_upload_seconds`. Blobs younger than `grace_seconds` are kept too
   (a margin for blobs written by hand, and for backups in progress).
+- The collector compares blobs and rows in one spelling (`artifacts.to_url`,
+  `canonical_blob_uri`: symlinks and ``..`` resolved), lists only content-addressed files
+  (`BlobStore.list_blobs`), and refuses an extra root that overlaps the artifact root
+  (`check_cold_root`, which `apply_retention` applies to a policy's cold root as well): a
+  root spelled another way at gc time, or a cold root shared with other files, loses nothing.
 - Retention needs ADMIN on the projects it touches (the plan is already limited to them);
   garbage collection needs store ADMIN (`access`), since blobs are shared across projects.
   Both are checked by the caller (`TrackingStore`) before it calls in here.
@@ -38,13 +43,19 @@ from sqlalchemy import Connection, Engine, delete, select, update
 
 from mlinfra_lab.tracking import audit, lineage, uploads
 from mlinfra_lab.tracking import schema as S
-from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url
+from mlinfra_lab.tracking.artifacts import (
+    BlobStore,
+    canonical_blob_uri,
+    open_uri,
+    overlaps,
+    to_url,
+)
 from mlinfra_lab.tracking.db import write_tx
-from mlinfra_lab.tracking.errors import IntegrityError
+from mlinfra_lab.tracking.errors import IntegrityError, TrackingError
 from mlinfra_lab.tracking.records import GcReport
 from mlinfra_lab.tracking.retention import ArtifactRecord, RetentionPlan
 
-__all__ = ["AuditFn", "artifact_records", "collect_garbage", "execute_plan"]
+__all__ = ["AuditFn", "artifact_records", "check_cold_root", "collect_garbage", "execute_plan"]
 
 # (conn, principal, action, project, target, allowed): `audit.record`'s signature
 AuditFn = Callable[[Connection, str, str, str | None, str | None, bool], None]
@@ -72,6 +83,17 @@ def artifact_records(conn: Connection, project_ids: Sequence[int]) -> list[Artif
         .where(p.c.id.in_(project_ids))
     )
     return [ArtifactRecord(*row) for row in conn.execute(q)]
+
+
+def check_cold_root(cold_root: str, artifact_root: str, what: str = "cold root") -> None:
+    """Raise `TrackingError` when `cold_root` is the artifact root, inside it or around it:
+    moving blobs there, or collecting garbage there, would work on the store's own files."""
+    if overlaps(cold_root, artifact_root):
+        raise TrackingError(
+            f"the {what} {cold_root!r} overlaps the artifact root {artifact_root!r} (one "
+            "is the other, or inside it, once symlinks and '..' are resolved); use a "
+            "separate folder or bucket prefix"
+        )
 
 
 def execute_plan(
@@ -145,18 +167,19 @@ def collect_garbage(
     The caller has checked that `user` is a store ADMIN.
     """
     now = time.time()
+    for r in extra_roots:
+        check_cold_root(r, blobs.root, "extra root")
     with audit.audited_read(engine, "collecting garbage") as conn:
-        referenced = set(conn.execute(select(S.artifacts.c.uri).distinct()).scalars())
-        cold_roots = {
-            u.split("/blobs/")[0]
-            for u in conn.execute(
-                select(S.artifacts.c.uri).where(S.artifacts.c.tier == "cold").distinct()
-            ).scalars()
-        }
+        uris = set(conn.execute(select(S.artifacts.c.uri).distinct()).scalars())
+        cold_uris = conn.execute(
+            select(S.artifacts.c.uri).where(S.artifacts.c.tier == "cold").distinct()
+        ).scalars()
+        cold_roots = {to_url(u.rpartition("/blobs/")[0]) for u in cold_uris}
+    referenced = {canonical_blob_uri(u) for u in uris}  # one spelling per blob: see artifacts
     roots = [blobs] + [
-        BlobStore(to_url(r))
-        for r in sorted(cold_roots | set(extra_roots))
-        if to_url(r) != blobs.root
+        BlobStore(r)
+        for r in sorted(cold_roots | {to_url(r) for r in extra_roots})
+        if not overlaps(r, blobs.root)
     ]
     deleted, freed, kept = [], 0, 0
     for root in roots:

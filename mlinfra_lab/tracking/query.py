@@ -42,7 +42,9 @@ Design decisions:
 - Limits, each a `QueryError` pointing at where it was crossed: `MAX_FILTER_CHARS`
   characters, `MAX_DEPTH` nested parentheses or ``not``s (a deeper filter would exhaust
   Python's stack), `MAX_CONDITIONS` comparisons (200 ANDed ones took PostgreSQL 25 s),
-  `MAX_IN_VALUES` values in one ``in`` list (PostgreSQL binds at most 65,535 parameters).
+  `MAX_IN_VALUES` values in one ``in`` list (PostgreSQL binds at most 65,535 parameters),
+  `MAX_ORDER_KEYS` sort keys (each metric or param key is one more join, and SQLite refuses a
+  query over more than 64 tables).
   Every value is checked against its field's type (``id = 'abc'`` is refused here, not by
   the database), and text that cannot be encoded (lone surrogates) is refused. The store
   also bounds the time of a search (`reading`).
@@ -75,6 +77,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_FILTER_CHARS",
     "MAX_IN_VALUES",
+    "MAX_ORDER_KEYS",
     "Pred",
     "compile_filter",
     "compile_order_by",
@@ -85,6 +88,7 @@ MAX_FILTER_CHARS = 4000
 MAX_DEPTH = 16  # nested parentheses and nots
 MAX_CONDITIONS = 32  # comparisons in one filter
 MAX_IN_VALUES = 500  # values in one 'in' list
+MAX_ORDER_KEYS = 8  # sort keys: each metric or param key is a join (SQLite allows 64 tables)
 
 _TOKEN = re.compile(
     r"""(?P<ws>\s+)
@@ -494,6 +498,8 @@ def compile_order_by(text: str | None) -> list[OrderKey]:
         if not desc:
             p.keyword("asc")
         keys.append(OrderKey(f, desc))
+        if len(keys) > MAX_ORDER_KEYS:
+            p.error(f"more than {MAX_ORDER_KEYS} sort keys; order by fewer")
         if p.tok.kind == "end":
             return keys
         if not p.punct(","):

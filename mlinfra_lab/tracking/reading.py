@@ -36,7 +36,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, Table, and_, bindparam, func, select, text
 from sqlalchemy.exc import DBAPIError
 
-from mlinfra_lab.tracking import query
+from mlinfra_lab.tracking import bounds, query
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.db import sqlstate
 from mlinfra_lab.tracking.errors import QueryError, TrackingError
@@ -236,6 +236,7 @@ def run_info(conn: Connection, run_id: int, project_id: int, project: str) -> Ru
 def metric_history(conn: Connection, run_id: int, key: str) -> list[tuple[int, float]]:
     """Every (step, value) point of metric `key` of run `run_id`, by step."""
     m = S.metrics
+    bounds.text("a metric name", key, bounds.column_chars("metrics", "key"))
     q = select(m.c.step, m.c.value).where(m.c.run_id == run_id, m.c.key == key).order_by(m.c.step)
     return [(r[0], r[1]) for r in conn.execute(q)]
 

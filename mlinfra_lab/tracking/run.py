@@ -33,14 +33,13 @@ Design decisions:
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any, BinaryIO, Protocol
 
 from sqlalchemy import Engine, update
 
-from mlinfra_lab.tracking import access, uploads, writing
+from mlinfra_lab.tracking import access, bounds, uploads, writing
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.artifacts import BlobStore, check_name
@@ -81,18 +80,19 @@ class Run(RunHandle):
     def log_metrics(self, values: dict[str, float], step: int | None = None) -> None:
         """Buffer one point per key at `step` (default: one past the previous step)."""
         self._check_open()
-        step = self._next_step(step)
+        step = self._next_step(bounds.step(self._step if step is None else step))
         now = time.time()
-        for key, value in values.items():
-            v = float(value)
-            if math.isnan(v):
-                raise TrackingError(
-                    f"metric {key!r} is NaN at step {step}; log a number, and "
-                    "record divergence as a tag (e.g. diverged=step)"
-                )
-            self._buffer.append(
-                {"run_id": self.id, "key": key, "step": step, "value": v, "timestamp": now}
-            )
+        points = [  # every value checked before any is buffered: a refused call buffers nothing
+            {
+                "run_id": self.id,
+                "key": self._metric_key(key),
+                "step": step,
+                "value": bounds.metric_value(key, value, step),
+                "timestamp": now,
+            }
+            for key, value in values.items()
+        ]
+        self._buffer.extend(points)
         if len(self._buffer) >= self.batch_size:
             self.flush()
 

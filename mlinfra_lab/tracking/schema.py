@@ -19,6 +19,11 @@ Design decisions:
 - Lineage is an edge list (`src` -> `dst`, with a relation) over typed node ids
   (``dataset:3``, ``run:12``, ``artifact:40``, ``code:<commit>``), indexed both ways so a
   walk forward and a walk backward are both index lookups.
+- Ids are never reused. A lineage edge or a tombstone names an artifact by id after its row
+  is gone, so a new row must never get an old id: the tables whose rows are deleted
+  (`artifacts`, `pending_uploads`) are AUTOINCREMENT on SQLite, whose plain integer key
+  takes the largest id + 1 and so hands out a deleted largest id again. PostgreSQL's
+  sequences never go back. The other tables with ids never delete rows.
 
 References: MLflow's SQLAlchemy store (schema shape, latest_metrics); the course text, ch. 4.
 """
@@ -198,6 +203,8 @@ artifacts = Table(
     Column("created_at", Float, nullable=False),
     Index(None, "run_id", "kind"),
     Index(None, "uri"),
+    Index(None, "sha256"),  # the collector's re-check: which rows name this blob's digest
+    sqlite_autoincrement=True,  # ids never reused (see the module docstring)
 )
 
 # A blob an upload is about to publish, recorded (and committed) before the blob is moved into
@@ -210,6 +217,7 @@ pending_uploads = Table(
     Column("uri", Text, nullable=False),
     Column("started_at", Float, nullable=False),
     Index(None, "uri"),
+    sqlite_autoincrement=True,  # ids never reused (see the module docstring)
 )
 
 # What a deleted artifact was: its lineage edges stay, and lineage shows this in its place.

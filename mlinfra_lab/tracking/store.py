@@ -241,6 +241,8 @@ class TrackingStore(StoreAccess):
         bytes are freed by `gc`, because a blob may be shared by several rows."""
         user = self._user(user)
         now = time.time() if now is None else now
+        if policy.cold_root:
+            maintenance.check_cold_root(policy.cold_root, self.artifact_root)
         with audit.audited_read(self.engine) as conn:
             pids = access.visible_project_ids(conn, user, Level.ADMIN)
             plan = plan_retention(policy, maintenance.artifact_records(conn, pids), now)

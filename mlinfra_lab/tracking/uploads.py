@@ -31,12 +31,12 @@ import os
 import time
 from typing import BinaryIO
 
-from sqlalchemy import Connection, Engine, delete, exists, select, text, update
+from sqlalchemy import Connection, Engine, delete, select, text, union_all, update
 
 from mlinfra_lab.tracking import access
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level
-from mlinfra_lab.tracking.artifacts import BlobStore
+from mlinfra_lab.tracking.artifacts import BlobStore, canonical_blob_uri
 from mlinfra_lab.tracking.audit import audited_transact, denials_audited
 from mlinfra_lab.tracking.db import database_errors, write_tx
 from mlinfra_lab.tracking.records import ArtifactInfo
@@ -56,11 +56,15 @@ _PG_LOCK_CLASS = 0x6D6C6962  # "mlib": first key of the per-blob advisory lock
 
 
 def lock_blob(conn: Connection, uri: str) -> None:
-    """Serialise uploads and the collector on one blob until `conn`'s transaction ends."""
+    """Serialise uploads and the collector on one blob until `conn`'s transaction ends.
+
+    Keyed on the blob's digest (its file name), not its URI: an upload and the collector
+    that spell the root differently still take the same lock.
+    """
     if conn.dialect.name == "postgresql":  # SQLite: BEGIN IMMEDIATE already serialises writers
         conn.execute(
             text("SELECT pg_advisory_xact_lock(CAST(:cls AS integer), hashtext(:uri))"),
-            {"cls": _PG_LOCK_CLASS, "uri": uri},
+            {"cls": _PG_LOCK_CLASS, "uri": uri.rpartition("/")[2]},
         )
 
 
@@ -162,17 +166,23 @@ def set_pinned(conn: Connection, artifact_id: int, pinned: bool) -> None:
 def delete_if_unused(
     engine: Engine, blobs: BlobStore, uri: str, now: float, stale_s: float = STALE_UPLOAD_S
 ) -> bool:
-    """Delete the blob at `uri` unless an artifact row or a fresh pending upload names it; True if deleted."""
+    """Delete the blob at `uri` unless an artifact row or a fresh pending upload names it; True if deleted.
+
+    `uri` is in `canonical_blob_uri`'s form; the rows that could name it (those with its
+    digest) are compared in that form too, whatever spelling of the root they were written with.
+    """
     a, p = S.artifacts, S.pending_uploads
+    sha = uri.rpartition("/")[2]
     with database_errors("collecting garbage", True), write_tx(engine) as conn:
         lock_blob(conn, uri)
-        used = (
-            select(exists().where(a.c.uri == uri)).scalar_subquery()
-            | select(
-                exists().where(p.c.uri == uri, p.c.started_at > now - stale_s)
-            ).scalar_subquery()
+        # One statement, one snapshot: on PostgreSQL (READ COMMITTED) two separate reads could
+        # miss an upload whose row insert and pending delete commit between them.
+        naming = union_all(
+            select(a.c.uri).where(a.c.sha256 == sha),
+            select(p.c.uri).where(p.c.uri.like(f"%/{sha}"), p.c.started_at > now - stale_s),
         )
-        if conn.execute(select(used)).scalar():
+        rows = conn.execute(naming).scalars().all()
+        if any(canonical_blob_uri(u) == uri for u in rows):
             return False
         blobs.delete(uri)  # inside the transaction: no upload of this blob can commit meanwhile
     return True

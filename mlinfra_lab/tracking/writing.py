@@ -28,6 +28,7 @@ Design decisions:
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 from sqlalchemy import Connection, Insert, Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from mlinfra_lab.tracking import bounds
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import TrackingError
 
@@ -54,9 +56,10 @@ def number(v: Any) -> float | None:
     if isinstance(v, bool):
         return None
     try:
-        return float(v)
-    except (TypeError, ValueError):
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):  # 10**400 is a number no float holds
         return None
+    return f if math.isfinite(f) else None
 
 
 @functools.cache
@@ -98,10 +101,13 @@ def write_params(
     if not params:
         return
     rows, hot = [], {}
+    key_chars = bounds.column_chars("params", "key")
     # one lock order for every writer
     for k, v in sorted(params.items(), key=lambda kv: str(kv[0])):
         num = number(v)
-        rows.append({"run_id": run_id, "key": str(k), "value_str": str(v), "value_num": num})
+        key = bounds.text("a param name", str(k), key_chars)
+        value = bounds.text(f"param {key!r}", str(v), allow_empty=True)
+        rows.append({"run_id": run_id, "key": key, "value_str": value, "value_num": num})
         if k in S.HOT_PARAMS:
             hot[S.HOT_PARAMS[k]] = num
     conn.execute(
@@ -114,8 +120,16 @@ def write_params(
 def write_tags(conn: Connection, run_id: int, tags: dict[str, Any]) -> None:
     """Upsert `tags` of run `run_id` (values stored as strings)."""
     if tags:
+        key_chars = bounds.column_chars("tags", "key")
         rows = sorted(
-            ({"run_id": run_id, "key": str(k), "value": str(v)} for k, v in tags.items()),
+            (
+                {
+                    "run_id": run_id,
+                    "key": bounds.text("a tag name", str(k), key_chars),
+                    "value": bounds.text(f"tag {k!r}", str(v), allow_empty=True),
+                }
+                for k, v in tags.items()
+            ),
             key=lambda r: r["key"],  # one lock order for every writer
         )
         conn.execute(upsert(conn.dialect.name, S.tags, ("run_id", "key"), ("value",)), rows)
@@ -127,6 +141,11 @@ def register_dataset(
     """Id of dataset `name`@`version` of the project, inserted unless it exists with the same
     URI (and hash, when given); another URI or hash raises `TrackingError`."""
     d = S.datasets
+    bounds.text("a dataset name", name, bounds.column_chars("datasets", "name"))
+    bounds.text("a dataset version", version, bounds.column_chars("datasets", "version"))
+    bounds.text("a dataset URI", uri)
+    if sha256 is not None:
+        bounds.text("a dataset sha256", sha256, bounds.column_chars("datasets", "sha256"))
     row = conn.execute(
         select(d).where(d.c.project_id == project_id, d.c.name == name, d.c.version == version)
     ).first()
@@ -162,6 +181,10 @@ def insert_run(
 ) -> int:
     """Insert a RUNNING run with its params (hot ones in their columns), tags, and lineage
     edges from its `inputs` (node ids) and its code commit; return its id."""
+    bounds.text("a run name", name, bounds.column_chars("runs", "name"))
+    if code_commit is not None:
+        bounds.text("a code commit", code_commit, bounds.column_chars("runs", "code_commit"))
+    bounds.finite("a run's start time", created_at)
     hot = {col: number(params[k]) for k, col in S.HOT_PARAMS.items() if k in params}
     run_id = conn.execute(
         S.runs.insert().values(

@@ -11,6 +11,11 @@ Design decisions:
   ``TOKEN=$(mlinfra-lab track token create bob)`` works; where it came from goes to stderr.
 - With ``--server``, the identity is the token's: ``--user`` is refused (it would be a
   lie the server ignores), and ``$MLINFRA_USER`` plays no part.
+- A secret never goes on a command line, where ``ps`` shows it to every local user: the
+  token comes from ``$MLINFRA_TRACKING_TOKEN`` or ``--token-file PATH``. ``--token`` still
+  works, with a warning that says what to use instead.
+- ``serve``'s startup line names the database with its password masked (``***``), and an
+  artifact root with credentials in its URL likewise: that line ends up in logs.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from mlinfra_lab.errors import CommandError
 
-__all__ = ["client_for", "register"]
+__all__ = ["client_for", "masked_url", "register", "token_from"]
 
 URL_ENV = "MLINFRA_TRACKING_URL"
 
@@ -35,7 +42,47 @@ def client_for(args: argparse.Namespace):  # noqa: ANN201 (a TrackingClient)
             "--user cannot be used with --server: the server acts as the user of "
             "--token (or $MLINFRA_TRACKING_TOKEN); use that user's token instead"
         )
-    return TrackingClient(args.server, args.token)
+    return TrackingClient(args.server, token_from(args))
+
+
+def token_from(args: argparse.Namespace) -> str | None:
+    """The token of ``--token-file`` (its first line), or of the deprecated ``--token`` (with
+    a warning on stderr), or None: `TrackingClient` then reads ``$MLINFRA_TRACKING_TOKEN``."""
+    if getattr(args, "token_file", None):
+        try:
+            lines = Path(args.token_file).read_text().splitlines()
+        except OSError as err:
+            raise CommandError(
+                f"cannot read --token-file {args.token_file}: {err.strerror}; "
+                "write the token there (chmod 600), or set $MLINFRA_TRACKING_TOKEN"
+            ) from None
+        if not lines or not lines[0].strip():
+            raise CommandError(f"--token-file {args.token_file} is empty; write the token there")
+        return lines[0].strip()
+    if getattr(args, "token", None):
+        print(
+            "warning: --token is deprecated: a command line is visible to every local user "
+            "(ps); set $MLINFRA_TRACKING_TOKEN or use --token-file PATH instead",
+            file=sys.stderr,
+        )
+        return args.token
+    return None
+
+
+def masked_url(url: str) -> str:
+    """`url` with the password of its user-info part replaced by ``***`` (for logs)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:  # not a URL we can parse: show none of it
+        return "<unparsable URL>"
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -49,7 +96,10 @@ def _serve(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         cache_bytes=int(args.cache_gb * 2**30),
     )
-    print(f"tracking server: database {args.db}, artifacts {args.artifacts}", file=sys.stderr)
+    print(
+        f"tracking server: database {masked_url(args.db)}, artifacts {masked_url(args.artifacts)}",
+        file=sys.stderr,
+    )
     serve(app, args.host, args.port)
     return 0
 
@@ -159,5 +209,15 @@ def server_args(parser: argparse.ArgumentParser) -> None:
         "it acts as the token's user, and --user is refused",
     )
     parser.add_argument(
-        "--token", default=None, help="bearer token for --server (default: $MLINFRA_TRACKING_TOKEN)"
+        "--token-file",
+        default=None,
+        metavar="PATH",
+        help="read the bearer token for --server from this file's first line "
+        "(default: $MLINFRA_TRACKING_TOKEN)",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="deprecated: the token on the command line is visible in ps; "
+        "use $MLINFRA_TRACKING_TOKEN or --token-file",
     )

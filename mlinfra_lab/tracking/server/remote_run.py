@@ -15,9 +15,18 @@ Design decisions:
   refused batch (a revoked grant) or a lost connection loses no point: `flush` again.
   A batch the server wrote but whose answer was lost would be sent twice by a retry;
   the history then holds the points twice, the latest values are unchanged.
-- Checks that need no server happen here first, with the store's own messages (a NaN
-  metric, a bad end status, a dangerous artifact name), so a mistake fails at the line
-  that made it, as in process.
+- Checks that need no server happen here first, with the store's own rules and messages
+  (`bounds`: a non-finite metric, a step out of range, a metric name that is too long or
+  not Unicode; a bad end status, a dangerous artifact name), so a mistake fails at the line
+  that made it, as in process, and a point the server would refuse is never buffered: a
+  refused batch is one the server may accept later (a grant restored, the server back),
+  never one that fails the same way on every flush.
+- A batch the server refuses as `InvalidInput` (422: a value it can never store, which this
+  client's checks let through, e.g. a newer server's stricter rule) would be refused again
+  on every flush, and the run would store nothing more. So it is split until each refused
+  point is alone; those points are dropped, reported (a warning, and `refused`), and the
+  rest written. Any other refusal (a revoked grant, a lost connection) keeps the whole
+  batch buffered, since a later flush may succeed.
 - The run talks through the client's `request` (`Transport`), and does not import the
   client: the client depends on the run, not both ways.
 - The handle holds only the run's id: the server never trusts its project or name (it
@@ -26,13 +35,14 @@ Design decisions:
 
 from __future__ import annotations
 
-import math
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Any, BinaryIO, Protocol
 
+from mlinfra_lab.tracking import bounds
 from mlinfra_lab.tracking.artifacts import CHUNK, check_name
-from mlinfra_lab.tracking.errors import TrackingError
+from mlinfra_lab.tracking.errors import InvalidInput, TrackingError
 from mlinfra_lab.tracking.handle import RunHandle
 from mlinfra_lab.tracking.records import ArtifactInfo
 from mlinfra_lab.tracking.run import RUN_STATUSES
@@ -86,21 +96,18 @@ class RemoteRun(RunHandle):
         self.client = client
         self._buffer: list[tuple[int, dict[str, float]]] = []
         self._points = 0
+        # (step, key, value, the server's message) of each point dropped as InvalidInput
+        self.refused: list[tuple[int, str, float, str]] = []
 
     # -- metrics -------------------------------------------------------------------
     def log_metrics(self, values: dict[str, float], step: int | None = None) -> None:
         """Buffer one point per key at `step` (default: one past the previous step)."""
         self._check_open()
-        step = self._next_step(step)
-        point = {}
-        for key, value in values.items():
-            v = float(value)
-            if math.isnan(v):
-                raise TrackingError(
-                    f"metric {key!r} is NaN at step {step}; log a number, and "
-                    "record divergence as a tag (e.g. diverged=step)"
-                )
-            point[str(key)] = v
+        step = self._next_step(bounds.step(self._step if step is None else step))
+        point = {  # every value checked before the point is buffered, by the store's own rules
+            self._metric_key(key): bounds.metric_value(key, value, step)
+            for key, value in values.items()
+        }
         self._buffer.append((step, point))
         self._points += len(point)
         if self._points >= self.batch_size:
@@ -110,13 +117,36 @@ class RemoteRun(RunHandle):
         """Send the buffered points in one request; return how many the server wrote.
 
         The buffer is emptied only once the server answered: a refusal or a lost
-        connection leaves every point buffered for the next `flush`.
+        connection leaves every point buffered for the next `flush`, except points the
+        server refuses as `InvalidInput`, which are dropped and reported (see the module doc).
         """
         if not self._buffer:
             return 0
         sent = list(self._buffer)
-        self.client.request("POST", f"/runs/{self.id}/metrics", {"points": sent})
-        return self._written(sent)
+        written = self._send(sent)
+        self._written(sent)
+        return written
+
+    def _send(self, batch: list[tuple[int, dict[str, float]]]) -> int:
+        """POST `batch`; on `InvalidInput`, split it and drop the refused points. Points written."""
+        try:
+            self.client.request("POST", f"/runs/{self.id}/metrics", {"points": batch})
+            return sum(len(p) for _, p in batch)
+        except InvalidInput as err:
+            singles = [(step, {k: v}) for step, point in batch for k, v in point.items()]
+            if len(singles) > 1:
+                mid = len(singles) // 2
+                return self._send(singles[:mid]) + self._send(singles[mid:])
+            if singles:
+                ((step, point),) = singles
+                ((key, value),) = point.items()
+                self.refused.append((step, key, value, str(err)))
+                warnings.warn(
+                    f"run {self.id}: the server refused metric {key!r} at step {step} "
+                    f"({err}); that point is dropped, the others are written",
+                    stacklevel=4,
+                )
+            return 0
 
     def _written(self, sent: list[tuple[int, dict[str, float]]]) -> int:
         del self._buffer[: len(sent)]
@@ -164,6 +194,10 @@ class RemoteRun(RunHandle):
             raise TrackingError(f"end status must be one of {RUN_STATUSES[1:]}, got {status!r}")
         self._check_open()
         sent = list(self._buffer)
-        self.client.request("POST", f"/runs/{self.id}/end", {"status": status, "points": sent})
+        try:
+            self.client.request("POST", f"/runs/{self.id}/end", {"status": status, "points": sent})
+        except InvalidInput:  # a refused point must not keep the run open: drop it, then end
+            self._send(sent)
+            self.client.request("POST", f"/runs/{self.id}/end", {"status": status, "points": []})
         self._written(sent)
         self.ended = True

@@ -10,10 +10,14 @@ module needs neither FastAPI nor httpx.
 
 Design decisions:
 - The status follows the error's class: 401 `AuthenticationError`, 404 `NotFoundOrDenied`
-  and `NotFound`, 403 `PermissionDenied`, 400 `QueryError`, `ArtifactNameError`,
+  and `NotFound`, 403 `PermissionDenied`, 413 `RequestTooLarge`, 422 `InvalidInput` (a
+  value no backend can store), 400 `QueryError`, `ArtifactNameError`,
   `IdentityError` and any other `TrackingError`, 500 `IntegrityError`, 503
   `DatabaseError`. An id the caller may not see is a 404 with the same body whether it
   exists or not (the store's one answer, unchanged on the wire).
+- Replies are strict JSON: the store refuses non-finite metrics when they are logged, and a
+  non-finite number that a database holds from before (or that a float param became) is
+  sent as null, never as the ``Infinity`` or ``NaN`` that JSON parsers reject.
 - Only public attributes cross the wire: `NotFoundOrDenied` keeps the project of an
   existing id in a private attribute for the audit log, and it stays on the server.
 - A rebuilt error is made without calling its ``__init__`` (the message is the server's,
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
 
 from mlinfra_lab.tracking import errors
@@ -55,6 +60,7 @@ __all__ = [
 _STATUS: tuple[tuple[type[TrackingError], int], ...] = (  # first match wins: subclasses first
     (errors.AuthenticationError, 401),
     (errors.RequestTooLarge, 413),
+    (errors.InvalidInput, 422),
     (errors.NotFoundOrDenied, 404),
     (errors.PermissionDenied, 403),
     (errors.NotFound, 404),
@@ -65,6 +71,8 @@ _STATUS: tuple[tuple[type[TrackingError], int], ...] = (  # first match wins: su
 
 
 def _plain(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
@@ -76,7 +84,7 @@ def _plain(obj: Any) -> Any:
 
 def dumps(obj: Any) -> bytes:
     """JSON bytes of records, graphs, plans and containers of them."""
-    return json.dumps(_plain(obj), separators=(",", ":")).encode()
+    return json.dumps(_plain(obj), separators=(",", ":"), allow_nan=False).encode()
 
 
 # -- records back from JSON ---------------------------------------------------------------
