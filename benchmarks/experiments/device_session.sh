@@ -8,6 +8,8 @@
 # and of 2026-12-07's:
 #   bash benchmarks/experiments/device_session.sh taught        # chapter 1's alignment, swizzle and
 #                                                               # taught-kernel (v1, split) sweep
+#   bash benchmarks/experiments/device_session.sh record        # the notebooks under nbval only
+#                                                               # (no device unit tests: a short call)
 # The device has PyTorch and Triton but no Jupyter: call 3 carries py3.12 wheels in .whl/
 # (device README) and installs only those whose distribution is missing there (wheels()).
 # Every step runs under its own `timeout`, so one hang costs that step, not the call; every
@@ -105,6 +107,13 @@ taught)
         bench attention --quiet --providers ours_v1,sdpa_flash,sdpa_cudnn,flex --repeats 3 \
         --head-dims 128,64 --out "$OUT/attention-taught.json"
     ;;
+record)
+    wheels
+    machine
+    export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$(pwd)"
+    step "${RECORD_LIMIT:-300}" notebook-record python3 -m mlinfra_lab.ci.notebook_record \
+        --cell-timeout 60 --jobs "${GPU_JOBS:-4}" --out "$OUT/notebooks.json" book labs
+    ;;
 notebooks)
     wheels
     machine
@@ -132,7 +141,7 @@ notebooks)
     fi
     ;;
 *)
-    echo "usage: $0 experiments|round4|sweep|taught|notebooks" >&2
+    echo "usage: $0 experiments|round4|sweep|taught|record|notebooks" >&2
     exit 2
     ;;
 esac
