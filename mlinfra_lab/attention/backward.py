@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from mlinfra_lab import runtime
 from mlinfra_lab.attention._checks import AttentionInputError, check_attention_inputs
 
 __all__ = ["SCHEDULES", "backward_delta", "count_matmuls", "tiled_attention_backward"]
@@ -182,6 +183,9 @@ class _MatmulCounter(TorchDispatchMode):
 def count_matmuls(fn: Callable[[], Any]) -> int:
     """How many matrix multiplications (``mm``/``bmm`` and their fused-add forms, as ATen
     dispatches them) one call of ``fn()`` performs."""
+    # A dispatch mode imports torch's compiler stack, which imports triton: on a machine
+    # without a GPU the interpreter must be switched on first, as the kernels need it.
+    runtime.ensure_triton_mode()
     with _MatmulCounter() as counter:
         fn()
     return counter.count
