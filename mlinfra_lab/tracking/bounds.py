@@ -31,6 +31,8 @@ import math
 import operator
 from typing import Any
 
+import sqlalchemy as sa
+
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.errors import InvalidInput
 
@@ -60,7 +62,10 @@ _SQLSTATE_22 = {  # PostgreSQL data exceptions a value can cause
 
 def column_chars(table: str, column: str) -> int:
     """The length `schema` declares for ``table.column`` (a String column)."""
-    return S.metadata.tables[table].c[column].type.length
+    kind = S.metadata.tables[table].c[column].type
+    if not isinstance(kind, sa.String) or kind.length is None:
+        raise TypeError(f"{table}.{column} is not a String column with a declared length")
+    return int(kind.length)
 
 
 def _shown(value: str) -> str:

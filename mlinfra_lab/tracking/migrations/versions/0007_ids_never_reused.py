@@ -56,7 +56,7 @@ def _rebuild(autoincrement: bool) -> None:
             op.execute(sa.text("DELETE FROM sqlite_sequence WHERE name = :t").bindparams(t=table))
             op.execute(
                 sa.text("INSERT INTO sqlite_sequence (name, seq) VALUES (:t, :s)").bindparams(
-                    t=table, s=int(seq)
+                    t=table, s=int(seq or 0)
                 )
             )
 
