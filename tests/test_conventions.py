@@ -228,3 +228,14 @@ def test_bench_writes_the_default_file(tmp_path: Path, monkeypatch: pytest.Monke
     record = json.loads(written.read_text())
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", record["date"][:10])
     assert written.name == f"cpu-staleness-{record['date'][:10]}.json"
+
+
+def test_no_issue_numbers_in_the_package_source():
+    """History (which issue asked for what) belongs in CHANGELOG.md and git, not the code."""
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in SOURCES
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"\bissues? [0-9]+", line, re.IGNORECASE)
+    ]
+    assert not found, f"issue numbers in the package: {found}"

@@ -21,7 +21,7 @@ The budgets, and what an overrun does (the batch always goes on):
   each cell; once a notebook has run longer, its remaining cells fail at once with
   `notebook_timeout_message`. The cell running when the time is up is bounded by the
   per-cell timeout, so a notebook stops within one cell timeout of its limit.
-- memory and processes of a sandbox together (issue 30): a control group per sandbox
+- memory and processes of a sandbox together: a control group per sandbox
   (`cgroups`: resident memory, memfd and tmpfs pages of all its processes; ``pids.max``
   tasks, `DEFAULT_MAX_PROCS`) where the machine lets this process make one; where it
   does not, memory is held by a watch in the grading process that samples the sandbox's

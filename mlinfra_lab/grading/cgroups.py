@@ -14,7 +14,7 @@ and ``close()`` removes the group once its processes are gone.
 Design decisions:
 - Control groups, not only ``RLIMIT_AS``: an address-space limit is per process and does not
   count ``memfd`` or tmpfs pages, so three children or one memory file held 4.8 GiB under a
-  2 GiB budget (issue 30). A group counts what its processes hold together, and the
+  2 GiB budget. A group counts what its processes hold together, and the
   kernel enforces it: past the cap, its OOM killer ends a process of that group only.
 - ``RLIMIT_NPROC`` counts every process of a uid, the grader's included when the kernel runs
   as the grader's user; ``pids.max`` counts the group's tasks only.

@@ -20,7 +20,7 @@ Design decisions:
   layers are unwrapped to the innermost function (a decorator's wrapper code is shared by
   everything it decorates, so it is never forbidden itself), and a ``@triton.jit`` object
   gives its Python function (``.fn``).
-- Copies too (issue 30): a code object the hook meets for the first time is compared by
+- Copies too: a code object the hook meets for the first time is compared by
   content (`code_key`: instructions and constants, not local names, file or line numbers)
   with the forbidden ones, so ``fn.__code__.replace(co_name=...)``, ``types.FunctionType(code,
   ...)`` over a replaced code and a re-``exec`` of the course's source are refused as the

@@ -28,7 +28,7 @@ Design decisions:
   upgraded from nbformat 3, another file claimed the same student) are its ``notes``,
   printed as warnings and shown in the gradebook.
 - Messages about a submission never quote its contents (see `submissions`); its path,
-  notes and student name pass `hygiene` first (issue 30: no terminal escape reaches the
+  notes and student name pass `hygiene` first (no terminal escape reaches the
   console or the gradebook). A notebook whose run raised in the grading process is listed
   as not graded, with the reason, and the others are graded (`execute.CRASHED`).
 """

@@ -23,7 +23,7 @@ Design decisions:
   folder named ``=1+1`` or ``x; =1+1`` stays text in a spreadsheet. The JSON keeps the
   values as they are.
 - The JSON records the config and the date, so a grade can be traced to how it was made.
-- These files are views: since issue 30 the record is ``gradebook.sqlite`` (see
+- These files are views: the record is ``gradebook.sqlite`` (see
   `gradebook_db`), sealed in the same manifest, and `views` rewrites every file from it
   after each change. The ``comment`` column holds the instructor's comments (``grade
   --manual`` with a comment column), joined per exercise.

@@ -21,7 +21,7 @@ Design decisions:
   the judge makes the same calls of its own copy, so a grader that counts them counts
   there too. A grader function a callback calls is recorded again (nested in order).
 - Results are encoded when they are returned (a later mutation does not change them).
-- Nothing of the student's may run beside the grader once a call returns (issue 30): the
+- Nothing of the student's may run beside the grader once a call returns: the
   expected values are computed after the call, and code still running could copy them into
   the returned value and the record. A call that returns with a trace function installed
   (``sys.settrace``, ``threading.settrace``, a frame's ``f_trace``) or a Python thread of

@@ -20,7 +20,7 @@ Design decisions (the runner's docstring, `kernel_runner`, says why each is need
   seals the working folder itself (`Sandbox.seal`): its sockets stay, nothing new is
   written there on the host's disk.
 - The environment is built, not inherited (`kernel_env`), and never holds the grading
-  secret (issue 30), whatever the caller passes. It names the user
+  secret, whatever the caller passes. It names the user
   (`SANDBOX_USER`) because the sandbox's throwaway uid is in no passwd file and
   ``getpass.getuser`` (torch.compile's cache folders call it) would raise, and points
   ``TMPDIR`` at the working folder, so temporary files die with the sandbox.

@@ -27,7 +27,7 @@ Design decisions:
   a failure only the judge saw starts with `JUDGED`.
 - A failed grader's message is the judge's where the judge failed it too (made of the
   grader's words, see `judge`), and always passes `messages.failure_message`: one capped,
-  escaped line, withheld when it quotes the grader's hidden tests (issue 30).
+  escaped line, withheld when it quotes the grader's hidden tests.
 - Channels are Unix sockets (``ipc``) in the working folder, so a kernel with no network
   is still reachable; messages over `MAX_MESSAGE_BYTES` are refused by the sockets, so one
   huge ``print`` cannot blow up the grader's memory. Output is counted, never kept: past
@@ -36,7 +36,7 @@ Design decisions:
   control channel); if no reply comes within `INTERRUPT_GRACE` seconds, the sandbox is
   killed and the notebook stops there. Before each cell, a notebook past
   ``config.notebook_timeout`` fails its remaining cells with the budget's message.
-- The grading secret never reaches a kernel (issue 30): the kernels get the seed table of
+- The grading secret never reaches a kernel: the kernels get the seed table of
   the notebook's graders instead (`secret.seed_table`); `kernel_client.kernel_env` drops the
   secret's variable whatever the caller passes.
 - The kernel's environment is built, not inherited: a short allow-list of the grader's

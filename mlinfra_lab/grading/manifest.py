@@ -25,7 +25,7 @@ Design decisions:
   written (`seal_outputs`), as relative paths of plain components that pass through no
   link. The manifest covers the files of the latest command that wrote them; reports
   released into the students' folders are outside it.
-- The grading kernels never get the secret (issue 30): they get per-exercise seeds derived
+- The grading kernels never get the secret: they get per-exercise seeds derived
   from it (`secret.seed_table`), from which the key cannot be computed, so code graded in
   the same run cannot re-seal a gradebook it rewrote. Keeping that code away from the
   gradebook folder is still the sandbox's job.

@@ -37,7 +37,7 @@ Design decisions:
   from there on, with the read-only helpers already rebound. The judge runs, before its
   read-only texts, the top-level imports of the other code cells above (solutions left
   out): the instructor's imports, not whatever the student bound to ``np``.
-- The grader's own text runs as the body of a run-once function (`scope`, issue 30): what
+- The grader's own text runs as the body of a run-once function (`scope`): what
   it binds is gone when it ends, except the names a later grader of the lab reads.
 - The checksum is SHA-256 of the full source text of a grader (hidden tests included): the
   release stores it, so the grader can tell a submission made from an older release.

@@ -24,7 +24,7 @@ What is counted, per sample:
   host's folders): files there are memory even when no process holds them.
 
 Design decisions:
-- Issue 30: with no cgroup, ``RLIMIT_AS`` alone held the budget per process; three
+- With no cgroup, ``RLIMIT_AS`` alone held the budget per process; three
   children of 0.8x the budget each, or memory files of 2x it, got past. Sampling from
   outside needs no privilege beyond reading the sandbox's ``/proc`` entries (the grader
   starts the sandbox, so it may) and cannot be switched off from inside.

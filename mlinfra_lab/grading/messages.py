@@ -10,7 +10,7 @@ kernel's own line for it, which the gradebook keeps where both kernels failed on
 names the exception's real class): at most `MAX_STUDENT_CHARS` characters, so a student
 exception cannot carry a long payload.
 
-Why (issue 30): a student function can read the grader's text in its own kernel (the
+Why: a student function can read the grader's text in its own kernel (the
 cell's source is in ``linecache``; its frame is on the stack) and raise it; the kernel's
 last exception line then carried the hidden tests into ``gradebook.csv``, which goes back
 to students as feedback.

@@ -11,7 +11,7 @@ Design decisions:
   thread's conversion runs a finalizer written in Python, the interpreter may switch
   threads there; a second thread's parse then moves the shared depth and the first one
   raises ``SystemError: AST constructor recursion depth mismatch``. CI lost two honest
-  notebooks of ``--jobs 2`` batches to it (issue 30: ``SystemError at ast.py:50 in
+  notebooks of ``--jobs 2`` batches to it (``SystemError at ast.py:50 in
   parse``); ``tests/test_grading_pyparse.py`` reproduces the race without the lock.
 - The other uses of the compiler here (``compile`` of text, ``symtable``) build no ``ast``
   objects and do not touch that state, so they need no lock.

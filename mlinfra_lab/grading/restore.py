@@ -12,7 +12,7 @@ Design decisions:
   cells, and may strip tags; ids survive all of that in Jupyter (nbformat >= 4.5).
 - A deleted grader goes back right after the nearest cell that precedes it in the source and
   still exists in the submission, so it runs after the student's solution cell it tests.
-- Restored cells run in the source's order (issue 30): a student who moves a later grader
+- Restored cells run in the source's order: a student who moves a later grader
   above an earlier one (to catch, in their function, the reference the later one passes
   it, then reuse it for the earlier exercise) finds them swapped back; the student's own
   cells stay where they are.

@@ -50,7 +50,7 @@ Design decisions:
   memory and tasks of all its processes together, where this machine allows), address
   space (``RLIMIT_AS``, see `budgets`), file size (so a kernel cannot fill the disk
   through its log or its folder) and core dumps off.
-- Disk (issue 30): the kernel's home, temporary folder and working directory
+- Disk: the kernel's home, temporary folder and working directory
   (`HOME_DIR`), ``/tmp`` and ``/dev/shm`` are tmpfs of ``disk_limit`` bytes each
   (bubblewrap's ``--size``); its working folder on the host holds only its sockets and
   connection file, and `Sandbox.seal` makes it root's once the kernel answers, so nothing
@@ -58,7 +58,7 @@ Design decisions:
   `judge`). Without root the folder cannot be sealed: `Sandbox.limits_missing` says so.
 - Where no control group caps memory, a `memory_watch.MemoryWatch` thread of the grading
   process samples the sandbox's processes, memory files and tmpfs and kills the sandbox
-  past the budget (issue 30); `Sandbox.overrun` reports either the same way.
+  past the budget; `Sandbox.overrun` reports either the same way.
   ``Sandbox.memory_watch = False`` switches the watch off (the tests do, to show the
   attack it stops), never a flag of ``grade``.
 - bubblewrap itself starts with an environment of its own (`_BWRAP_ENV`), never the

@@ -7,7 +7,7 @@ when it returns, except `exports` (names a later grader of the same lab reads) a
 helper of the grader declares ``global``, which stay in the notebook's namespace as before.
 `exported_names(texts)` computes, for a lab's grader texts in order, each one's `exports`.
 
-Why (issue 30): at the notebook's top level a grader's values are globals; a student's
+Why: at the notebook's top level a grader's values are globals; a student's
 function could return ``globals()["want"]``, and a later student cell could reuse a
 grader's hidden reference. As locals, they are neither in the namespace after the grader
 nor in it while the grader runs.

@@ -8,7 +8,7 @@ a system call of another architecture, and allows everything else. `filter_fd(pr
 puts a program in a sealed memory file for bubblewrap to read.
 
 Design decisions:
-- Why (issue 30): the sandbox's throwaway user has no capabilities, but it could make a user
+- Why: the sandbox's throwaway user has no capabilities, but it could make a user
   namespace of its own (``unshare -rm``), become root in it and mount a tmpfs or a ramfs of
   any size. Those files were counted by no budget: not the tmpfs sizes bubblewrap sets,
   not the memory watch (it reads the sandbox's own mounts; a ramfs has no size to read).

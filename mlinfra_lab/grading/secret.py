@@ -9,7 +9,7 @@ Design decisions:
 - A hidden test that a student has read (an old release, a leaked source) is only a recipe:
   its inputs come from `grading_rng`, so answers hard-coded for the inputs seen under the
   default secret fail when the instructor grades with ``mlinfra-lab grade --secret S``.
-- The secret never enters a grading kernel (issue 30): it keys the gradebook's seal, so a
+- The secret never enters a grading kernel: it keys the gradebook's seal, so a
   kernel that read it could rewrite the gradebook and re-seal it. The grading process
   derives each exercise's seed itself (`seed_table`, for the exercises of the notebook's
   grader cells and every name their text passes to `grading_rng` / `grading_seed`, see

@@ -24,7 +24,7 @@ Naming convention (also in ``mlinfra-lab grade --help``):
   (`copy_names`), with a note on the submission; two files that then name the same student
   and lab are a second submission, reported with that reason.
 
-Input hygiene (issue 14):
+Input hygiene:
 - A symbolic link is never followed nor read, whether given or met inside a folder: it is
   reported, as is anything that is not a regular file (a FIFO, a device). Files are
   opened with ``O_NOFOLLOW`` and checked with ``fstat`` on the open descriptor, so a file
@@ -34,7 +34,7 @@ Input hygiene (issue 14):
   the kind of error (JSON's own position message), never by its text.
 - Every field of a parsed notebook that grading reads is type-checked first (`wellformed`):
   a malformed one (a code cell whose ``source`` is a number) is reported as not graded, with
-  the student and lab its file name gives, and the rest of the batch goes on (issue 30).
+  the student and lab its file name gives, and the rest of the batch goes on.
   Any other failure while identifying a file is that file's problem, never the batch's.
 - Student identifiers are made from file and folder names by `hygiene.safe_student`, and
   every `SubmissionProblem` field passes `hygiene.printable`: a terminal escape in a file

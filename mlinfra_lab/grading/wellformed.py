@@ -18,7 +18,7 @@ Design decisions:
 - A schema of our own rather than ``nbformat.validate``: a notebook a student's tool saved
   with an extra key, or an output of an unusual shape, is still gradeable (outputs are
   cleared), while a wrong type in a field the tools read is what made one bad file stop a
-  whole batch (issue 30). Checking the fields read, and only them, keeps both.
+  whole batch. Checking the fields read, and only them, keeps both.
 - Run on the parsed notebook as `submissions` reads it (after nbformat joined list sources
   and upgraded old versions), so a field nbformat repairs is not refused.
 - Messages name places and types only: a submission's text never reaches the instructor's

@@ -43,7 +43,7 @@ registers it as a *user*, which captures nothing, because a user principal gives
 rights only to whoever acts under that very name; with ``kind="team"`` an unknown name is
 refused, and a name of the other kind than the one asked for is refused; revoking (NONE)
 from an unknown name is a no-op. Names belong to identities: with the tracking server
-(issue 15, item 1) identities come from tokens; through this in-process API the caller's
+identities come from tokens; through this in-process API the caller's
 ``user=`` is trusted, which is why direct database access is for admins and notebooks.
 
 Caveat: enforcement lives in the store's API. In production the artifact bucket must also
