@@ -122,12 +122,15 @@ def _ncu(
     metrics: tuple[str, ...],
     sections: tuple[str, ...] = (),
     timeout: float = 600,
+    module: str = "mlinfra_lab.attention.studies.counters",
 ) -> list[dict[str, float | str]]:
+    """``ncu``'s raw page for one run of ``python -m module *target`` (which brackets the
+    profiled pass with ``cudaProfilerStart``/``Stop``), one dict per kernel."""
     cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none"]
     cmd += ["--csv", "--page", "raw", "--metrics", ",".join(metrics)]
     for section in sections:
         cmd += ["--section", section]
-    cmd += [sys.executable, "-m", "mlinfra_lab.attention.studies.counters", *target]
+    cmd += [sys.executable, "-m", module, *target]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if done.returncode:
         raise RuntimeError(f"ncu failed ({done.returncode}): {done.stderr[-2000:]}")

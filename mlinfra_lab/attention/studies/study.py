@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,20 +89,26 @@ def run_versions(run: dict[str, Any], provider: str = "ours") -> set[int]:
     return {v for r in run.get("rows", []) if r["provider"] == provider and (v := row_version(r))}
 
 
-def default_kernel_runs(pattern: str = "*.json") -> list[dict[str, Any]]:
-    """Committed, complete attention benchmark runs whose ``ours`` rows ran the default
-    version, oldest first by their ``date``; each has ``file`` (its name) added."""
-    runs = []
+def _attention_runs(pattern: str) -> Iterator[dict[str, Any]]:
+    """Every committed attention benchmark run matching `pattern`, with ``file`` added; files
+    that are not such a run (another benchmark, unreadable JSON) are passed over."""
     for path in results.committed(pattern):
         try:
             run = json.loads(Path(path).read_text())
         except (OSError, ValueError):
             continue
-        if not isinstance(run, dict) or run.get("benchmark") != "attention":
-            continue
+        if isinstance(run, dict) and run.get("benchmark") == "attention":
+            yield {**run, "file": Path(path).name}
+
+
+def default_kernel_runs(pattern: str = "*.json") -> list[dict[str, Any]]:
+    """Committed, complete attention benchmark runs whose ``ours`` rows ran the default
+    version, oldest first by their ``date``; each has ``file`` (its name) added."""
+    runs = []
+    for run in _attention_runs(pattern):
         if run.get("complete") is False or DEFAULT_VERSION not in run_versions(run):
             continue
-        runs.append({**run, "file": Path(path).name})
+        runs.append(run)
     return sorted(runs, key=lambda r: r["date"])
 
 
@@ -174,16 +181,10 @@ def newest_run_with(providers: tuple[str, ...], pattern: str = "*.json") -> dict
     `providers` (anchors such as ``sdpa_efficient`` that a default-kernel run may leave out);
     `NoDefaultRunError` when none did."""
     found = []
-    for path in results.committed(pattern):
-        try:
-            run = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(run, dict) or run.get("benchmark") != "attention":
-            continue
+    for run in _attention_runs(pattern):
         timed = {r["provider"] for r in run.get("rows", []) if r.get("tflops")}
         if run.get("complete") is not False and set(providers) <= timed:
-            found.append({**run, "file": Path(path).name})
+            found.append(run)
     if not found:
         raise NoDefaultRunError(
             f"no committed benchmark run timed all of {', '.join(providers)}; run "
@@ -231,16 +232,10 @@ def taught_run(pattern: str = "*.json") -> dict[str, Any]:
     from mlinfra_lab.attention.bench import ratios
 
     found = []
-    for path in results.committed(pattern):
-        try:
-            run = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(run, dict) or run.get("benchmark") != "attention":
-            continue
+    for run in _attention_runs(pattern):
         rows = [r for r in run.get("rows", []) if r["provider"] == TAUGHT_PROVIDER]
         if rows and all(_split_backward(r) for r in rows if r["mode"] == "bwd" and r["tflops"]):
-            found.append({**run, "file": Path(path).name})
+            found.append(run)
     if not found:
         raise NoTaughtRunError(
             "no committed benchmark run timed the taught kernels; on a Hopper GPU run "

@@ -134,15 +134,9 @@ def counter_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _counters(d: int) -> list[dict[str, Any]]:
-    from mlinfra_lab.attention.studies.counters import parse_ncu_csv
+    from mlinfra_lab.attention.studies.counters import _ncu
 
-    cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--csv"]
-    cmd += ["--page", "raw", "--metrics", ",".join(SMEM_METRICS)]
-    cmd += [sys.executable, "-m", "mlinfra_lab.attention.studies.swizzle", "_target", str(d)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if done.returncode:
-        raise RuntimeError(f"ncu failed ({done.returncode}): {done.stderr[-2000:]}")
-    return parse_ncu_csv(done.stdout)
+    return _ncu(["_target", str(d)], SMEM_METRICS, timeout=300, module=__name__)
 
 
 def run() -> dict[str, Any]:
