@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 HEAD_DIMS = (64, 128)
+_MODULE = "mlinfra_lab.attention.studies.swizzle"  # also when run as __main__
 SHAPE = dict(batch=4, heads=16, seq=4096)
 SMEM_METRICS = (
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
@@ -136,7 +137,7 @@ def counter_row(row: dict[str, Any]) -> dict[str, Any]:
 def _counters(d: int) -> list[dict[str, Any]]:
     from mlinfra_lab.attention.studies.counters import _ncu
 
-    return _ncu(["_target", str(d)], SMEM_METRICS, timeout=300, module=__name__)
+    return _ncu(["_target", str(d)], SMEM_METRICS, timeout=300, module=_MODULE)
 
 
 def run() -> dict[str, Any]:
@@ -150,7 +151,7 @@ def run() -> dict[str, Any]:
     for d in HEAD_DIMS:
         before = set(Path(cache).rglob("_fwd_kernel*.ttgir"))
         subprocess.run(
-            [sys.executable, "-m", "mlinfra_lab.attention.studies.swizzle", "_target", str(d)],
+            [sys.executable, "-m", _MODULE, "_target", str(d)],
             check=True,
             timeout=300,
         )
