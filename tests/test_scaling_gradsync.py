@@ -166,3 +166,15 @@ def test_the_autograd_fork_failure_is_explained():
     )
     assert "restart the kernel" in gradsync._explain(text)
     assert gradsync._explain("ValueError: other") == "ValueError: other"
+
+
+def test_the_reference_fork_survives_a_parent_that_used_openmp():
+    """A parent whose OpenMP team has run (any large torch op on 2 threads) must not hang
+    the forked reference: its child runs single-threaded."""
+    import torch
+
+    from mlinfra_lab.scaling import gradsync
+
+    torch.tanh(torch.randn(2_000_000))  # starts the parent's OpenMP/MKL team
+    grads = gradsync.reference_grads(world_size=2, steps=1)
+    assert len(grads) == 1

@@ -67,6 +67,7 @@ __all__ = [
 
 DEFAULT_WIDTHS = (64, 96, 96, 96, 96, 8)  # an MLP of five layers: input 64, output 8
 BATCH = 16
+REFERENCE_TIMEOUT_S = 60.0  # the reference takes well under a second; a hang becomes an error
 
 
 class GradSyncError(MlinfraError, RuntimeError):
@@ -165,6 +166,11 @@ def _reference_grads(
 
 def _reference_child(args: tuple, conn: Any) -> None:
     try:
+        import torch
+
+        # A forked child inherits the parent's OpenMP team state but not its threads: a
+        # parallel region here would wait for them forever. One thread never forms a team.
+        torch.set_num_threads(1)
         conn.send(("ok", _reference_grads(*args)))
     except BaseException as err:  # noqa: BLE001  the parent raises it, with its text
         conn.send(("error", f"{type(err).__name__}: {err}"))
@@ -190,10 +196,15 @@ def reference_grads(
     proc.start()
     send.close()
     try:
-        status, value = recv.recv()
+        if recv.poll(REFERENCE_TIMEOUT_S):
+            status, value = recv.recv()
+        else:
+            status, value = "error", f"no result within {REFERENCE_TIMEOUT_S:g} s"
     except EOFError:
         status, value = "error", f"exited with code {proc.exitcode} and no result"
     finally:
+        if proc.is_alive():
+            proc.kill()
         proc.join(5)
     if status != "ok":
         raise GradSyncError(f"the reference run failed: {_explain(value)}")
