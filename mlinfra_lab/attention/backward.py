@@ -36,6 +36,7 @@ appendix B.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -185,7 +186,8 @@ def count_matmuls(fn: Callable[[], Any]) -> int:
     dispatches them) one call of ``fn()`` performs."""
     # A dispatch mode imports torch's compiler stack, which imports triton: on a machine
     # without a GPU the interpreter must be switched on first, as the kernels need it.
-    runtime.ensure_triton_mode()
+    if "triton" not in sys.modules:  # already imported: nothing left to switch
+        runtime.ensure_triton_mode()
     with _MatmulCounter() as counter:
         fn()
     return counter.count

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -46,7 +47,8 @@ def _fill_uninitialized(enabled: bool) -> Iterator[None]:
 
     # torch.utils.deterministic imports torch's compiler, which imports triton: on a machine
     # without a GPU the interpreter must be switched on first (`runtime.ensure_triton_mode`)
-    runtime.ensure_triton_mode()
+    if "triton" not in sys.modules:  # already imported: nothing left to switch
+        runtime.ensure_triton_mode()
     import torch.utils.deterministic as det
 
     # torch makes this module attribute a property by swapping the module's class at run

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -140,7 +141,8 @@ def measure_gpu_determinism_cost(
 
     # deterministic() reaches torch's compiler stack, which imports triton: on a machine
     # without a GPU the interpreter must be switched on before that first import
-    runtime.ensure_triton_mode()
+    if "triton" not in sys.modules:  # already imported: nothing left to switch
+        runtime.ensure_triton_mode()
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise NoCudaDeviceError(
