@@ -34,6 +34,7 @@ import json
 import os
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 __all__ = [
@@ -75,19 +76,23 @@ def gemm_inputs(k: int, lda: int, mn: int, device: str, dtype: Any) -> tuple[Any
     return a, b
 
 
-def _time_ms(fn: Any, repeats: int = 3) -> list[float]:
-    from triton.testing import do_bench
-
-    return [float(do_bench(fn, warmup=25, rep=100, return_mode="median")) for _ in range(repeats)]
+# do_bench's settings for every timing here (`providers.time_ms` reads these fields)
+TIMING = SimpleNamespace(dtype="bfloat16", warmup_ms=25, rep_ms=100, repeats=3)
 
 
 def _gemm_rows() -> list[dict[str, Any]]:
     import torch
 
+    from mlinfra_lab.attention.providers import time_ms
+
     rows = []
     for name, (k, lda) in GEMM_CASES.items():
         a, b = gemm_inputs(k, lda, GEMM_MN, "cuda", torch.bfloat16)
-        runs = _time_ms(lambda a=a, b=b: torch.mm(a, b))
+
+        def matmul(a: Any = a, b: Any = b) -> Any:
+            return torch.mm(a, b)
+
+        runs = [time_ms(matmul, TIMING) for _ in range(TIMING.repeats)]
         ms = statistics.median(runs)
         rows.append(
             {
@@ -108,17 +113,14 @@ def _gemm_rows() -> list[dict[str, Any]]:
 
 
 def _attention_rows() -> list[dict[str, Any]]:
-    from types import SimpleNamespace
-
     from mlinfra_lab.attention.flash import _block_d
     from mlinfra_lab.attention.providers import measure
 
-    cfg = SimpleNamespace(dtype="bfloat16", warmup_ms=25, rep_ms=100, repeats=3)
     rows = []
     for d in HEAD_DIMS:
         shape = (ATTN_SHAPE["batch"], ATTN_SHAPE["heads"], ATTN_SHAPE["seq"], d, False)
         for provider in PROVIDERS:
-            for row in measure(provider, shape, cfg, "cuda"):
+            for row in measure(provider, shape, TIMING, "cuda"):
                 row["block_d"] = _block_d(d) if provider.startswith("ours") else None
                 rows.append(row)
                 print(f"attention {provider} D={d} {row['mode']}: {row['tflops']}", flush=True)

@@ -50,6 +50,7 @@ __all__ = [
     "PROFILE_SHAPE",
     "SMEM_METRICS",
     "committed_counters",
+    "device_with_ncu",
     "kernel_summary",
     "parse_ncu_csv",
     "plot_counters",
@@ -135,6 +136,16 @@ def _ncu(
     if done.returncode:
         raise RuntimeError(f"ncu failed ({done.returncode}): {done.stderr[-2000:]}")
     return parse_ncu_csv(done.stdout)
+
+
+def device_with_ncu() -> dict[str, Any]:
+    """`runtime.describe()` of this machine plus the Nsight Compute version (``ncu``)."""
+    from mlinfra_lab import runtime
+
+    info = runtime.describe().as_dict()
+    version = subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout
+    info["ncu"] = version.strip().splitlines()[-1] if version.strip() else None
+    return info
 
 
 def _dram_target(provider: str, seq: int) -> None:
@@ -242,7 +253,6 @@ def profile_kernels(causal: tuple[bool, ...] = (False, True)) -> dict[str, Any]:
     `PROFILE_SHAPE` (see the module doc): per kernel its mode (``fwd``/``bwd``), summary
     (`kernel_summary`) and every raw metric, per (provider, causal) the kernels' total time
     and DRAM bytes per mode. Needs a GPU and ``ncu`` on the PATH."""
-    from mlinfra_lab import runtime
 
     if shutil.which("ncu") is None:
         raise RuntimeError(
@@ -282,9 +292,7 @@ def profile_kernels(causal: tuple[bool, ...] = (False, True)) -> dict[str, Any]:
             }
             runs.append(entry)
             print(json.dumps({k: entry[k] for k in ("provider", "causal", "totals")}), flush=True)
-    info = runtime.describe().as_dict()
-    version = subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout
-    info["ncu"] = version.strip().splitlines()[-1] if version.strip() else None
+    info = device_with_ncu()
     return {
         "benchmark": "attention-kernel-counters",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -332,7 +340,6 @@ def _banks_target() -> None:
 
 def run() -> dict[str, Any]:
     """Both measurements with their models (needs a GPU, ``ncu`` on the PATH and CuPy)."""
-    from mlinfra_lab import runtime
     from mlinfra_lab.attention.banks import bank_conflict_degree, tile_addresses
     from mlinfra_lab.attention.traffic import hbm_traffic
 
@@ -376,9 +383,7 @@ def run() -> dict[str, Any]:
                 "bank_conflicts": k[SMEM_METRICS[2]],
             }
         )
-    info = runtime.describe().as_dict()
-    version = subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout
-    info["ncu"] = version.strip().splitlines()[-1] if version.strip() else None
+    info = device_with_ncu()
     return {
         "benchmark": "attention-counters",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

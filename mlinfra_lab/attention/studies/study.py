@@ -40,6 +40,7 @@ from mlinfra_lab.attention.traffic import attention_flops, hbm_traffic
 from mlinfra_lab.errors import MlinfraError
 
 __all__ = [
+    "BF16_FLOPS_PER_S",
     "HBM_BYTES_PER_S",
     "NoDefaultRunError",
     "NoTaughtRunError",
@@ -59,6 +60,8 @@ __all__ = [
 # Peak HBM bandwidth from the vendors' datasheets (bytes/s), by torch's device name: the H200
 # (HBM3e) and the H100 SXM (80 GB HBM3; the PCIe card's HBM2e is slower).
 HBM_BYTES_PER_S = {"NVIDIA H200": 4.8e12, "NVIDIA H100 80GB HBM3": 3.35e12}
+# Dense bf16 Tensor Core peak from the same datasheets (FLOP/s): both are the same Hopper die.
+BF16_FLOPS_PER_S = {"NVIDIA H200": 989e12, "NVIDIA H100 80GB HBM3": 989e12}
 _VERSION = re.compile(r"^v(\d+)\b")
 
 

@@ -142,7 +142,6 @@ def _counters(d: int) -> list[dict[str, Any]]:
 
 def run() -> dict[str, Any]:
     """Compile and profile the taught forward kernel (needs a CUDA GPU and ``ncu``)."""
-    from mlinfra_lab import runtime
 
     cache = tempfile.mkdtemp(prefix="triton-cache-")
     os.environ["TRITON_CACHE_DIR"] = cache  # before the kernel compiles: only our kernels
@@ -173,9 +172,9 @@ def run() -> dict[str, Any]:
                 counters.append({"head_dim": d, **counter_row(row)})
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             counters.append({"head_dim": d, "error": str(err)[-500:]})
-    info = runtime.describe().as_dict()
-    version = subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout
-    info["ncu"] = version.strip().splitlines()[-1] if version.strip() else None
+    from mlinfra_lab.attention.studies.counters import device_with_ncu
+
+    info = device_with_ncu()
     return {
         "benchmark": "attention-swizzle",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
