@@ -28,8 +28,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_grading_pipeline import ATTACK_CELL_TIMEOUT, _student_copy, _write_cases
 from test_grading_pipeline import _result_points as _points
-from test_grading_pipeline import _student_copy, _write_cases
 
 from mlinfra_lab.grading import ExecutionConfig, grade_submissions
 from mlinfra_lab.grading.cgroups import CgroupCaps
@@ -57,12 +57,16 @@ MEMFD = f"""def stable_softmax(x, axis=-1):
             os.write(fd, chunk)
 {HONEST}"""
 
+# Each child says when it holds its share (the parent waits for all three, never for a
+# fixed time: on a busy machine the pages take longer to get); one the OOM killer took
+# says nothing, and the parent's read ends there.
 CHILDREN = f"""def stable_softmax(x, axis=-1):
     import subprocess, sys
-    hold = "import time; b = bytearray({2 * MEMORY // 3}); b[::4096] = b'x' * len(b[::4096]); time.sleep(60)"
-    kids = [subprocess.Popen([sys.executable, "-c", hold]) for _ in range(3)]
-    import time
-    time.sleep(20)
+    hold = ("import sys, time; b = bytearray({2 * MEMORY // 3}); b[::4096] = b'x' * len(b[::4096]); "
+            "print('held', flush=True); time.sleep(600)")
+    kids = [subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE) for _ in range(3)]
+    for kid in kids:
+        kid.stdout.readline()  # 'held', or '' once the child was killed
     for kid in kids:
         kid.kill()
 {HONEST}"""
@@ -115,7 +119,7 @@ def graded(tmp_path_factory):
     }
     paths = _write_cases(tmp, cases)
     config = ExecutionConfig(
-        cell_timeout=60.0,
+        cell_timeout=ATTACK_CELL_TIMEOUT,
         memory_limit=MEMORY,
         max_procs=PROCS,
         disk_limit=DISK,

@@ -28,8 +28,8 @@ import os
 from pathlib import Path
 
 import pytest
+from test_grading_pipeline import ATTACK_CELL_TIMEOUT, _student_copy, _write_cases
 from test_grading_pipeline import _result_points as _points
-from test_grading_pipeline import _student_copy, _write_cases
 
 from mlinfra_lab.grading import ExecutionConfig, grade_submissions
 from mlinfra_lab.grading.cgroups import CgroupCaps
@@ -94,7 +94,7 @@ def graded(tmp_path_factory):
     if sandbox.kind == "bwrap":
         cases["tmpfs"] = _student_copy(softmax_solution=TMPFS)
     paths = _write_cases(tmp, cases)
-    config = ExecutionConfig(cell_timeout=60.0, memory_limit=MEMORY, disk_limit=DISK, jobs=2)
+    config = ExecutionConfig(cell_timeout=ATTACK_CELL_TIMEOUT, memory_limit=MEMORY, disk_limit=DISK, jobs=2)
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
     return report, {r.student: r for r in report.results}, sandbox
 

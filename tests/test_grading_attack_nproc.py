@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from test_grading_attack_budgets import FORKS, PROCS
+from test_grading_pipeline import ATTACK_CELL_TIMEOUT, _student_copy, _write_cases
 from test_grading_pipeline import _result_points as _points
-from test_grading_pipeline import _student_copy, _write_cases
 
 from mlinfra_lab.grading import ExecutionConfig, grade_submissions
 from mlinfra_lab.grading.cgroups import CgroupCaps
@@ -43,7 +43,7 @@ def graded(tmp_path_factory):
     paths = _write_cases(tmp, cases)
     sandbox = make_sandbox("auto")
     sandbox.caps = CgroupCaps(missing="switched off by the test")  # no pids.max
-    config = ExecutionConfig(cell_timeout=60.0, max_procs=PROCS, jobs=2)
+    config = ExecutionConfig(cell_timeout=ATTACK_CELL_TIMEOUT, max_procs=PROCS, jobs=2)
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
     by = {r.student: r for r in report.results}
     assert set(by) == set(cases), report.problems  # a notebook lost to a grader crash says why

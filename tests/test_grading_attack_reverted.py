@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from test_grading_attack_budgets import DISK_HOME, DISK_HOST, FORKS, PROCS
 from test_grading_attack_memory_watch import CHILDREN, MEMORY
+from test_grading_pipeline import ATTACK_CELL_TIMEOUT, _student_copy, _write_cases
 from test_grading_pipeline import _result_points as _points
-from test_grading_pipeline import _student_copy, _write_cases
 
 from mlinfra_lab.grading import ExecutionConfig, grade_submissions
 from mlinfra_lab.grading.cgroups import CgroupCaps
@@ -56,7 +56,7 @@ def graded(tmp_path_factory):
     sandbox.nproc_limit = lambda slot, max_procs: None  # no RLIMIT_NPROC either
     sandbox.seal = lambda workdir, slot: None  # the host working folder stays writable
     config = ExecutionConfig(
-        cell_timeout=60.0, memory_limit=MEMORY, max_procs=PROCS, disk_limit=None, jobs=2
+        cell_timeout=ATTACK_CELL_TIMEOUT, memory_limit=MEMORY, max_procs=PROCS, disk_limit=None, jobs=2
     )
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
     return {r.student: r for r in report.results}, sandbox
