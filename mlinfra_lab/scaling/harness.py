@@ -55,7 +55,15 @@ from mlinfra_lab.scaling.results import SCHEMA
 from mlinfra_lab.scaling.stacks import StackDumper
 from mlinfra_lab.scaling.workload import SyntheticBatches, build_model, shared_lock_path
 
-__all__ = ["BackendError", "assemble", "environment", "main", "resolve_backend", "run_rank"]
+__all__ = [
+    "BackendError",
+    "assemble",
+    "build_parser",
+    "environment",
+    "main",
+    "resolve_backend",
+    "run_rank",
+]
 
 Heartbeat = Callable[[int, int], None]  # (step, phase index) -> None
 PHASE_CODES = {"data": 0, "forward": 1, "backward": 2, "optimizer": 3, "done": 4}
@@ -357,8 +365,8 @@ def resolve_backend(requested: str, ranks_per_host: int = 1) -> str:
     return requested
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point under an external launcher (torchrun, srun): env:// rendezvous."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m mlinfra_lab.scaling.harness`` (cluster/torchrun.sh)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="RunConfig as JSON")
     parser.add_argument("--out", required=True, help="result file written by rank 0")
@@ -367,7 +375,12 @@ def main(argv: list[str] | None = None) -> int:
         help="where each rank writes rank<R>.stacks when config.stack_dump_s is set "
         "(default: OUT with the suffix .stacks, a folder)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point under an external launcher (torchrun, srun): env:// rendezvous."""
+    args = build_parser().parse_args(argv)
     config = RunConfig.from_dict(json.loads(Path(args.config).read_text()))
     backend = resolve_backend(config.backend, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     if backend == "nccl":
