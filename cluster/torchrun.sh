@@ -10,7 +10,10 @@ set -euo pipefail
 : "${CONFIG:?set CONFIG to a RunConfig JSON file}"
 : "${OUT:?set OUT to the result file rank 0 writes}"
 
-head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+# All of scontrol's output is read (a `| head -n 1` would end it with SIGPIPE, which
+# pipefail turns into a failed job).
+mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+head_node=${hosts[0]:?scontrol listed no hosts for $SLURM_JOB_NODELIST}
 port=${RDZV_PORT:-29500}
 
 cmd=(

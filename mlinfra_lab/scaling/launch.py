@@ -248,14 +248,18 @@ def _request_dumps(procs: list[Any], stack_dir: str, wait_s: float = 5.0) -> Non
         if p.is_alive() and path.exists() and path.stat().st_size > 0:  # handler registered
             sizes[rank] = path.stat().st_size
             os.kill(p.pid, DUMP_SIGNAL)
-    deadline = time.monotonic() + wait_s
+
+    def now() -> dict[int, int]:
+        return {r: Path(stack_dir, f"rank{r}.stacks").stat().st_size for r in sizes}
+
+    deadline, last = time.monotonic() + wait_s, None
     while sizes and time.monotonic() < deadline:
-        grown = [
-            r for r, n in sizes.items() if Path(stack_dir, f"rank{r}.stacks").stat().st_size > n
-        ]
-        if len(grown) == len(sizes):
+        current = now()
+        # Every file grew, and none grew since the last look: the dumps are complete.
+        if all(current[r] > n for r, n in sizes.items()) and current == last:
             return
-        time.sleep(0.05)
+        last = current
+        time.sleep(0.1)
 
 
 def _describe(beats: Any, rank: int) -> str:
