@@ -27,6 +27,9 @@ The syllabus, in the order the chapter uses it:
 - `run_grad_sync` -> `RankSync`, `reference_grads`, `sync_after_backward`: a gradient
   synchronisation of your own (bucketed all-reduce from backward hooks) on N forked gloo
   ranks over the emulated link, with its gradients and the order of its events.
+- `StackDumper`, `read_stack_dumps`, `name_hung_rank` -> `HangVerdict`: a stack dump of every
+  rank (faulthandler, or py-spy's), and the rank stuck outside a collective named from them;
+  `RankHungError`, what `profile` raises when a job with armed dumps fails.
 - `compression_bench`, `counting_hook`: gradient compression through DDP comm hooks (fp16,
   PowerSGD), measured in bytes handed to the all-reduce.
 """
@@ -46,7 +49,14 @@ from mlinfra_lab.scaling.compression import (
     counting_hook,
     ring_wire_bytes,
 )
-from mlinfra_lab.scaling.config import FAULT_KINDS, Fault, FaultSpecError, RunConfig, parse_fault
+from mlinfra_lab.scaling.config import (
+    FAULT_KINDS,
+    Fault,
+    FaultSpecError,
+    RunConfig,
+    RunConfigError,
+    parse_fault,
+)
 from mlinfra_lab.scaling.dataloader import loader_bench, shared_source_bench
 from mlinfra_lab.scaling.diagnose import (
     CAUSES,
@@ -64,6 +74,7 @@ from mlinfra_lab.scaling.gradsync import (
 )
 from mlinfra_lab.scaling.launch import (
     OversubscribedWarning,
+    RankHungError,
     RankLostError,
     profile,
     run_allreduce_bench,
@@ -86,6 +97,16 @@ from mlinfra_lab.scaling.nvml import (
 )
 from mlinfra_lab.scaling.results import PHASES, ResultFileError, RunResult, load_run, save_run
 from mlinfra_lab.scaling.roofline import ComputeRate, RooflineError, critical_batch
+from mlinfra_lab.scaling.stacks import (
+    Frame,
+    HangVerdict,
+    NoStackDumpsError,
+    RankStack,
+    StackDumper,
+    name_hung_rank,
+    parse_stack_dump,
+    read_stack_dumps,
+)
 from mlinfra_lab.scaling.synthetic import Mystery, hide_faults, mystery_set, synthesize_run
 from mlinfra_lab.scaling.timeline import (
     BucketSpan,
@@ -112,6 +133,16 @@ from mlinfra_lab.scaling.trace import (
 )
 
 __all__ = [
+    "Frame",
+    "HangVerdict",
+    "NoStackDumpsError",
+    "RankHungError",
+    "RankStack",
+    "RunConfigError",
+    "StackDumper",
+    "name_hung_rank",
+    "parse_stack_dump",
+    "read_stack_dumps",
     "ALGORITHMS",
     "AllReduceCost",
     "Cluster",

@@ -1,6 +1,6 @@
 """Command-line entry points of `mlinfra_lab.scaling` (registered by `mlinfra_lab.cli`).
 
-Contract: ``mlinfra-lab scaling profile|diagnose|allreduce|nccl-log`` and ``mlinfra-lab
+Contract: ``mlinfra-lab scaling profile|diagnose|allreduce|stacks|nccl-log`` and ``mlinfra-lab
 bench scaling``; handlers return an exit code, let the chapter's errors (`FaultSpecError`,
 `RankLostError`, `ResultFileError`) reach `mlinfra_lab.cli.main`, which prints them on one
 line, and raise `CommandError` for a flag or a file the user must fix.
@@ -19,7 +19,8 @@ __all__ = ["register"]
 
 _FAULT_HELP = (
     "inject a fault (repeatable): straggler:rank=R,ms=M | slow_data:ms=M | "
-    "small_batch:global=G | no_overlap | slow_transport:mbps=X"
+    "small_batch:global=G | no_overlap | slow_transport:mbps=X | lost_rank:rank=R[,step=S] | "
+    "hang:rank=R,step=S"
 )
 
 
@@ -32,6 +33,8 @@ def _profile(args: argparse.Namespace) -> int:
         "trace": args.trace,
         "backend": args.backend,
         "timeout_s": args.timeout,
+        "pg_timeout_s": args.pg_timeout,
+        "stack_dump_s": args.stack_dump,
     }
     if args.batch:
         changes["batch"] = args.batch
@@ -107,6 +110,15 @@ def _allreduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stacks(args: argparse.Namespace) -> int:
+    from mlinfra_lab.scaling.stacks import name_hung_rank, read_stack_dumps
+
+    if not Path(args.folder).is_dir():
+        raise CommandError(f"{args.folder}: not a folder of rank<R>.stacks files")
+    print(name_hung_rank(read_stack_dumps(args.folder, args.world_size)).report())
+    return 0
+
+
 def _nccl_log(args: argparse.Namespace) -> int:
     from mlinfra_lab.scaling.nccl_log import parse_nccl_log
 
@@ -167,6 +179,19 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         default=120.0,
         help="seconds without progress before a rank is reported lost (120)",
     )
+    p.add_argument(
+        "--pg-timeout",
+        type=float,
+        default=0.0,
+        help="the process group's own timeout in seconds (default: longer than --timeout)",
+    )
+    p.add_argument(
+        "--stack-dump",
+        type=float,
+        default=0.0,
+        help="dump every rank's stacks when a step lasts this many seconds; a failed job "
+        "then names the stuck rank (default 0: off)",
+    )
     p.set_defaults(func=_profile)
 
     d = sub.add_parser(
@@ -183,6 +208,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
     a = sub.add_parser("allreduce", help="all-reduce sweep (nccl-tests style) + alpha-beta fit")
     _add_allreduce_args(a, "write the rows and the alpha-beta fit to this JSON file", False)
+
+    st = sub.add_parser(
+        "stacks",
+        help="name the hung rank from every rank's stack dump",
+        description="Read FOLDER/rank<R>.stacks (faulthandler dumps, or `py-spy dump --pid "
+        "PID` output) and name the rank stuck outside a collective.",
+    )
+    st.add_argument("folder", help="folder of rank<R>.stacks files")
+    st.add_argument("--world-size", type=int, required=True, help="number of ranks")
+    st.set_defaults(func=_stacks)
 
     n = sub.add_parser("nccl-log", help="say which transport an NCCL_DEBUG=INFO log shows")
     n.add_argument("log", help="the log file")

@@ -17,6 +17,11 @@ Design decisions:
   off: real kernels, real interconnect.
 - Faults are data (`Fault(kind, params)`), applied by the harness at named points; their
   textual form is the one `mlinfra-lab scaling profile --inject` takes.
+- Two ways to stop: `lost_rank` stops a rank between steps (the launcher's heartbeat finds
+  it), `hang` blocks it inside a call, its data read, as a read from a dead file system
+  does (the stack dumps armed by `stack_dump_s` show where). `pg_timeout_s` shortens the
+  process group's own timeout, the one that, as NCCL's watchdog does, turns the other
+  ranks' endless wait into an error.
 
 Caveats: the link and `slow_transport` act on the CPU path only, by sleeping in the comm
 hook until the wire time at the capped rate has passed; that slows communication as a
@@ -31,7 +36,7 @@ from typing import Any
 
 from mlinfra_lab.errors import MlinfraError
 
-__all__ = ["FAULT_KINDS", "Fault", "FaultSpecError", "RunConfig", "parse_fault"]
+__all__ = ["FAULT_KINDS", "Fault", "FaultSpecError", "RunConfig", "RunConfigError", "parse_fault"]
 
 # kind -> (required parameter names, optional parameter names)
 FAULT_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -41,11 +46,16 @@ FAULT_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "no_overlap": ((), ()),  # one bucket, reduced after the whole backward pass
     "slow_transport": (("mbps",), ()),  # all-reduce capped at X megabits/s per rank
     "lost_rank": (("rank",), ("step", "exit")),  # rank R hangs (exit=1: dies) at step S
+    "hang": (("rank", "step"), ()),  # rank R blocks forever inside its data read at step S
 }
 
 
 class FaultSpecError(MlinfraError, ValueError):
     """A fault given on the command line or in a config does not parse."""
+
+
+class RunConfigError(MlinfraError, ValueError):
+    """Two settings of a `RunConfig` contradict each other."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,7 @@ def _example(kind: str) -> str:
         "small_batch": "small_batch:global=8",
         "slow_transport": "slow_transport:mbps=100",
         "lost_rank": "lost_rank:rank=1,step=2 or lost_rank:rank=1,step=2,exit=1",
+        "hang": "hang:rank=1,step=3",
     }.get(kind, kind)
 
 
@@ -125,8 +136,19 @@ class RunConfig:
     backend: str = "auto"  # "gloo", "nccl" or "auto" (nccl when CUDA is present)
     seed: int = 0
     timeout_s: float = 120.0  # a rank silent this long is reported lost
+    pg_timeout_s: float = 0.0  # the process group's own timeout (0: longer than timeout_s)
+    stack_dump_s: float = 0.0  # a step this long dumps every rank's stacks (0: no dumps)
     trace: bool = False  # write a torch.profiler trace of rank 0's timed steps and summarise it
     faults: tuple[Fault, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.pg_timeout_s < 0 or self.stack_dump_s < 0:
+            raise RunConfigError("pg_timeout_s and stack_dump_s must be non-negative (0: off)")
+        if self.stack_dump_s and self.pg_timeout_s and self.stack_dump_s >= self.pg_timeout_s:
+            raise RunConfigError(
+                f"stack_dump_s={self.stack_dump_s:g} must be shorter than pg_timeout_s="
+                f"{self.pg_timeout_s:g}: the timeout ends the waiting ranks before they dump"
+            )
 
     @classmethod
     def for_gpu(cls, **changes: Any) -> RunConfig:

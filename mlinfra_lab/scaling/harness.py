@@ -19,6 +19,8 @@ Design decisions:
 - Faults act at the points where the real ones act: a straggler computes longer, a slow
   source holds a lock shared by all ranks of the host, a capped transport delays the
   completion of each all-reduce, `no_overlap` puts all gradients in one bucket.
+- With `RunConfig.stack_dump_s`, each step arms a `stacks.StackDumper`: a step that outlasts
+  it dumps the rank's stacks, so a hang leaves one file per rank saying where each waits.
 - The loader is also run alone for a few batches before training (step 1b of the course
   text): its rate, against the rate training consumes, is the loader's headroom.
 
@@ -50,9 +52,18 @@ from mlinfra_lab.errors import MlinfraError
 from mlinfra_lab.profiling import quiet_kineto
 from mlinfra_lab.scaling.config import RunConfig
 from mlinfra_lab.scaling.results import SCHEMA
+from mlinfra_lab.scaling.stacks import StackDumper
 from mlinfra_lab.scaling.workload import SyntheticBatches, build_model, shared_lock_path
 
-__all__ = ["BackendError", "assemble", "environment", "main", "resolve_backend", "run_rank"]
+__all__ = [
+    "BackendError",
+    "assemble",
+    "build_parser",
+    "environment",
+    "main",
+    "resolve_backend",
+    "run_rank",
+]
 
 Heartbeat = Callable[[int, int], None]  # (step, phase index) -> None
 PHASE_CODES = {"data": 0, "forward": 1, "backward": 2, "optimizer": 3, "done": 4}
@@ -137,9 +148,15 @@ def environment() -> dict[str, Any]:
 
 
 def run_rank(
-    config: RunConfig, out_trace: str | None = None, heartbeat: Heartbeat | None = None
+    config: RunConfig,
+    out_trace: str | None = None,
+    heartbeat: Heartbeat | None = None,
+    stacks: StackDumper | None = None,
 ) -> dict[str, Any]:
-    """Train on this rank and return its record: per-step phase times and loader rate."""
+    """Train on this rank and return its record: per-step phase times and loader rate.
+
+    With `stacks`, every step is armed: a step that outlasts its `after_s` dumps the stacks.
+    """
     rank, world = dist.get_rank(), dist.get_world_size()
     cuda = dist.get_backend() == "nccl"
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
@@ -150,6 +167,8 @@ def run_rank(
     straggle_s = straggler.get("ms") / 1e3 if straggler and straggler.get("rank") == rank else 0.0
     lost = config.fault("lost_rank")
     lost_step = int(lost.get("step", 1)) if lost and lost.get("rank") == rank else -1
+    hang = config.fault("hang")
+    hang_step = int(hang.get("step")) if hang and hang.get("rank") == rank else -1
     cap = config.link_bytes_per_s()
 
     model = build_model(config).to(device)
@@ -168,6 +187,8 @@ def run_rank(
         rank,
         slow.get("ms") / 1e3 if slow else 0.0,
         shared_lock_path(),
+        # The loader reads index probe + step at each step (in order, no shuffling).
+        stuck_at=config.loader_probe_batches + hang_step if hang_step >= 0 else -1,
     )
     loader = iter(torch.utils.data.DataLoader(data, batch_size=None, shuffle=False))
 
@@ -185,6 +206,8 @@ def run_rank(
     with profiler or contextlib.nullcontext():
         for step in range(total):
             beat(step, PHASE_CODES["data"])
+            if stacks is not None:
+                stacks.arm()
             if step == lost_step:
                 if lost.get("exit", 0.0):
                     os._exit(3)  # the lost rank dies, as a crashed node does
@@ -210,6 +233,8 @@ def run_rank(
             if cuda:
                 torch.cuda.synchronize()
             wall = time.perf_counter() - wall0
+            if stacks is not None:
+                stacks.disarm()
             if profiler is not None:
                 profiler.step()
             if step < config.warmup:
@@ -340,22 +365,38 @@ def resolve_backend(requested: str, ranks_per_host: int = 1) -> str:
     return requested
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point under an external launcher (torchrun, srun): env:// rendezvous."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m mlinfra_lab.scaling.harness`` (cluster/torchrun.sh)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="RunConfig as JSON")
     parser.add_argument("--out", required=True, help="result file written by rank 0")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--stack-dir",
+        help="where each rank writes rank<R>.stacks when config.stack_dump_s is set "
+        "(default: OUT with the suffix .stacks, a folder)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point under an external launcher (torchrun, srun): env:// rendezvous."""
+    args = build_parser().parse_args(argv)
     config = RunConfig.from_dict(json.loads(Path(args.config).read_text()))
     backend = resolve_backend(config.backend, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     from datetime import timedelta
 
-    dist.init_process_group(backend, timeout=timedelta(seconds=config.timeout_s))
+    timeout = config.pg_timeout_s or config.timeout_s
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+    stacks = None
+    if config.stack_dump_s:
+        folder = Path(args.stack_dir or Path(args.out).with_suffix(".stacks"))
+        rank = dist.get_rank()
+        stacks = StackDumper(folder / f"rank{rank}.stacks", rank, config.stack_dump_s)
     try:
         trace = str(Path(args.out).with_suffix(".trace.json")) if config.trace else None
-        record = run_rank(config, out_trace=trace)
+        record = run_rank(config, out_trace=trace, stacks=stacks)
         gathered: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, record)
         if dist.get_rank() == 0:
@@ -363,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(result, indent=1))
     finally:
+        if stacks is not None:
+            stacks.close()
         dist.destroy_process_group()
     return 0
 

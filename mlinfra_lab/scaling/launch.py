@@ -5,7 +5,10 @@ returns the `RunResult` (written to `out` when given); `run_allreduce_bench(npro
 iters)` runs the all-reduce sweep the same way, and `compression.compression_bench` its
 comm-hook measurement. A world size above the core count warns
 (`OversubscribedWarning`) and still runs; a rank that dies or stops making progress for
-`config.timeout_s` ends the job with `RankLostError` naming it.
+`config.timeout_s` ends the job with `RankLostError` naming it. With
+`config.stack_dump_s` every rank dumps its stacks when a step outlasts it (and when the
+launcher asks, on a failure), and a failure raises `RankHungError`, whose verdict names the
+rank stuck outside a collective from those dumps.
 
 Design decisions:
 - `torch.multiprocessing` with the *forkserver* start method and torch preloaded: each
@@ -18,7 +21,13 @@ Design decisions:
   "who stopped" is the least advanced rank (then the first to go silent); the process
   group's own timeout is set longer than ours, so our message (with the rank, its step
   and phase) wins over gloo's anonymous one.
+- A hang ends with the process group's timeout (`config.pg_timeout_s`, NCCL's watchdog on a
+  GPU), and that timeout raises on the healthy ranks, which waited: the first rank to fail
+  is a victim. With stack dumps armed, the launcher signals every live rank to dump once
+  more and names the stuck rank from the dumps (`stacks.name_hung_rank`), not from the
+  order of the errors.
 - Each rank uses one intra-op thread: N ranks on a few cores must not each spawn a pool.
+- Every rank is a daemon child, killed (SIGKILL) when the job ends in any way: no orphans.
 """
 
 from __future__ import annotations
@@ -38,8 +47,22 @@ from typing import Any
 from mlinfra_lab.errors import MlinfraError
 from mlinfra_lab.scaling.config import RunConfig
 from mlinfra_lab.scaling.results import RunResult, save_run, validate
+from mlinfra_lab.scaling.stacks import (
+    DUMP_SIGNAL,
+    HangVerdict,
+    NoStackDumpsError,
+    StackDumper,
+    name_hung_rank,
+    read_stack_dumps,
+)
 
-__all__ = ["OversubscribedWarning", "RankLostError", "profile", "run_allreduce_bench"]
+__all__ = [
+    "OversubscribedWarning",
+    "RankHungError",
+    "RankLostError",
+    "profile",
+    "run_allreduce_bench",
+]
 
 _PHASES = ("data", "forward", "backward", "optimizer", "done")
 
@@ -50,6 +73,14 @@ class OversubscribedWarning(UserWarning):
 
 class RankLostError(MlinfraError, RuntimeError):
     """A rank died or stopped making progress; the message names it."""
+
+
+class RankHungError(RankLostError):
+    """A job failed and every rank's stack dump was read: `verdict` names the stuck rank."""
+
+    def __init__(self, message: str, verdict: HangVerdict) -> None:
+        super().__init__(message)
+        self.verdict = verdict
 
 
 def _free_port() -> int:
@@ -76,6 +107,7 @@ def _child(
     beats: Any,
     timeout_s: float,
     env: dict[str, str],
+    stack_dir: str | None = None,
 ) -> None:
     # The fork server was started with the environment of the first launch: replace its
     # communication settings with the launcher's current ones.
@@ -95,6 +127,12 @@ def _child(
     from mlinfra_lab.scaling import harness
 
     torch.set_num_threads(1)
+    # Armed before the rendezvous, so a signal from the launcher always finds the handler.
+    stacks = None
+    if stack_dir is not None:
+        stacks = StackDumper(
+            Path(stack_dir, f"rank{rank}.stacks"), rank, float(payload["stack_dump_s"])
+        )
 
     def beat(step: int, phase: int) -> None:
         beats[3 * rank : 3 * rank + 3] = [float(step), float(phase), time.time()]
@@ -103,13 +141,14 @@ def _child(
     backend = harness.resolve_backend(payload.get("backend", "auto"), world)
     if backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
-    # Longer than the watcher's timeout, so the watcher names the lost rank first.
-    dist.init_process_group(backend, timeout=timedelta(seconds=2 * timeout_s + 30))
+    # By default longer than the watcher's timeout, so the watcher names the lost rank first.
+    pg_timeout = payload.get("pg_timeout_s") or 2 * timeout_s + 30
+    dist.init_process_group(backend, timeout=timedelta(seconds=pg_timeout))
     try:
         if job == "profile":
             config = RunConfig.from_dict(payload)
             trace = os.path.join(outdir, "trace.json") if config.trace and rank == 0 else None
-            record: Any = harness.run_rank(config, out_trace=trace, heartbeat=beat)
+            record: Any = harness.run_rank(config, out_trace=trace, heartbeat=beat, stacks=stacks)
         elif callable(job):  # a module-level function, pickled by name: its module imports us
             record = job(payload)
         else:
@@ -125,6 +164,8 @@ def _child(
         traceback.print_exc()
         raise
     finally:
+        if stacks is not None:
+            stacks.close()
         dist.destroy_process_group()
 
 
@@ -160,10 +201,12 @@ def _run_group(
     beats = ctx.Array("d", [-1.0, 0.0, 0.0] * nproc, lock=False)
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="mlinfra-scaling-") as outdir:
+        stack_dir = os.path.join(outdir, "stacks") if payload.get("stack_dump_s") else None
+        env = _forwarded_env()
         procs = [
             ctx.Process(
                 target=_child,
-                args=(r, nproc, port, job, payload, outdir, beats, timeout_s, _forwarded_env()),
+                args=(r, nproc, port, job, payload, outdir, beats, timeout_s, env, stack_dir),
                 daemon=True,
             )
             for r in range(nproc)
@@ -172,6 +215,19 @@ def _run_group(
             p.start()
         try:
             _watch(procs, beats, timeout_s, total_steps, show_progress)
+        except RankLostError as err:
+            if stack_dir is None:
+                raise
+            _request_dumps(procs, stack_dir)
+            try:
+                verdict = name_hung_rank(read_stack_dumps(stack_dir, nproc))
+            except NoStackDumpsError:
+                raise err from None
+            raise RankHungError(
+                f"{verdict.message}. (The launcher saw: {err} The first rank to fail is the "
+                "first whose wait timed out, not the one it waited for.)",
+                verdict,
+            ) from err
         finally:
             for p in procs:
                 if p.is_alive():
@@ -182,6 +238,28 @@ def _run_group(
         if trace.exists() and job == "profile":
             records[0]["trace_text"] = trace.read_text()
     return records
+
+
+def _request_dumps(procs: list[Any], stack_dir: str, wait_s: float = 5.0) -> None:
+    """Ask every live rank for one more stack dump (SIGUSR1) and wait until it is written."""
+    sizes = {}
+    for rank, p in enumerate(procs):
+        path = Path(stack_dir, f"rank{rank}.stacks")
+        if p.is_alive() and path.exists() and path.stat().st_size > 0:  # handler registered
+            sizes[rank] = path.stat().st_size
+            os.kill(p.pid, DUMP_SIGNAL)
+
+    def now() -> dict[int, int]:
+        return {r: Path(stack_dir, f"rank{r}.stacks").stat().st_size for r in sizes}
+
+    deadline, last = time.monotonic() + wait_s, None
+    while sizes and time.monotonic() < deadline:
+        current = now()
+        # Every file grew, and none grew since the last look: the dumps are complete.
+        if all(current[r] > n for r, n in sizes.items()) and current == last:
+            return
+        last = current
+        time.sleep(0.1)
 
 
 def _describe(beats: Any, rank: int) -> str:

@@ -10,6 +10,9 @@ Design decisions:
   backward pass really interleaves with DDP's bucket all-reduces, as GPU kernels do.
 - Data is generated per (seed, rank, index): reproducible, different on every rank, and
   cheap, so the loader's own cost is only what a fault injects.
+- The `hang` fault blocks one read forever on an event nobody sets, as a read from a dead
+  network file system blocks: the rank stays alive and silent inside a call, and a stack
+  dump shows it in `_read_from_dead_mount`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -72,19 +76,30 @@ class SyntheticBatches(torch.utils.data.Dataset):
     """Synthetic regression batches, deterministic per (seed, rank, index).
 
     Under ``slow_data`` every read holds one lock file shared by all ranks of the host for
-    `delay_s`: a single-process source that serialises its readers.
+    `delay_s`: a single-process source that serialises its readers. Reading index
+    `stuck_at` (the `hang` fault) never returns.
     """
 
     def __init__(
-        self, n: int, batch: int, hidden: int, seed: int, rank: int, delay_s: float, lock_path: str
+        self,
+        n: int,
+        batch: int,
+        hidden: int,
+        seed: int,
+        rank: int,
+        delay_s: float,
+        lock_path: str,
+        stuck_at: int = -1,
     ) -> None:
         self.n, self.batch, self.hidden, self.seed, self.rank = n, batch, hidden, seed, rank
-        self.delay_s, self.lock_path = delay_s, lock_path
+        self.delay_s, self.lock_path, self.stuck_at = delay_s, lock_path, stuck_at
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if i == self.stuck_at:
+            _read_from_dead_mount()
         if self.delay_s > 0:
             with open(self.lock_path, "a") as fh:
                 fcntl.flock(fh, fcntl.LOCK_EX)
@@ -93,6 +108,11 @@ class SyntheticBatches(torch.utils.data.Dataset):
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.rank * 7919 + i)
         x = torch.randn(self.batch, self.hidden, generator=g)  # (B, hidden)
         return x, torch.tanh(x.flip(1))  # a learnable target
+
+
+def _read_from_dead_mount() -> None:
+    """Block forever, alive and silent, as a read from an unreachable file system does."""
+    threading.Event().wait()
 
 
 def shared_lock_path() -> str:
