@@ -166,7 +166,9 @@ def page_problems(browser, base_url: str, html_root: Path, page_path: str) -> li
     html = (html_root / f"{page_path}.html").read_text(encoding="utf-8")
     if (ROOT / "_vendor" / "widgets").exists() and "widget-state+json" in html:
         try:
-            page.wait_for_selector(".jupyter-widgets", timeout=15_000)
+            # attached, not visible: Playwright tries the first match only, and a page's
+            # first widget may sit in a collapsed output (chapter 5's first progress bar)
+            page.wait_for_selector(".jupyter-widgets", state="attached", timeout=15_000)
         except Exception:  # noqa: BLE001 (playwright's TimeoutError)
             problems.append("a widget did not render (its saved state is in the page)")
     if (ROOT / "_vendor" / "mathjax").exists() and 'class="math' in html:
