@@ -12,6 +12,9 @@ The four CI tiers and the module that serves each:
   (``checkpoint_roundtrip``), and the distributed tier ``ddp`` (``ddp_check``)
 - artifact validation: ``artifacts`` (``validate_artifacts``)
 
+a small training repository for Lab 3's gate, with the edits a gate must accept or reject:
+``repository`` (``make_repository``, ``LEGITIMATE_CHANGES``, ``BUGS``);
+
 and, when a check turns out flaky, ``flaky`` (``detect_flaky``, ``find_unseeded_source``);
 what ``deterministic()`` costs, under two timing protocols: ``determinism_cost``
 (``measure_determinism_cost``), and on a CUDA device, with what it buys in repeatability:
@@ -59,6 +62,7 @@ from mlinfra_lab.ci.references import (
     assert_close_to_reference,
     assert_decreasing,
 )
+from mlinfra_lab.ci.repository import BUGS, LEGITIMATE_CHANGES, RepoSpec, make_repository
 from mlinfra_lab.ci.seeding import (
     RNG_SOURCES,
     derive_seed,
@@ -129,6 +133,11 @@ __all__ = [
     "derive_band",
     "measure_spread",
     "run_variant",
+    # a small training repository and the edits a gate must accept or reject
+    "BUGS",
+    "LEGITIMATE_CHANGES",
+    "RepoSpec",
+    "make_repository",
     # the distributed tier
     "DDP_REGRESSIONS",
     "DdpCheckError",
