@@ -87,6 +87,15 @@ lint: setup
 unit: setup
 	$(PYTEST) -m "not notebooks and not browser" --durations=8 tests
 
+# The unit tests in two halves for `make test`'s lanes: the ones that mostly wait (the grading
+# tests' sandboxed kernels, budgets and timeouts; the install tests' pip and fresh venvs), and
+# the rest. Together they are `make unit`.
+WAITING := grading or install
+unit-waiting: setup
+	$(PYTEST) -m "($(WAITING)) and not notebooks and not browser" --durations=8 tests
+unit-quick: setup
+	$(PYTEST) -m "not ($(WAITING)) and not notebooks and not browser" --durations=8 tests
+
 # The chapters under nbval. The instructor labs run in `validate` (their source, their release
 # and every wrong answer, as `grade` runs them); book/labs/ is not run (stubs raise by design).
 # NOTEBOOKS= narrows it (.ci/fresh-venv.sh runs chapter 5 alone in a fresh environment).
@@ -133,12 +142,12 @@ check-system:
 	@[ -n "$$MLINFRA_PG_URL" ] || [ -n "$(PG_BINS)" ] || command -v initdb >/dev/null \
 	  || echo "make test: note: no PostgreSQL server programs (initdb): the tracking suite runs on SQLite only; apt-get install postgresql" >&2
 
-# The quick checks first, then two lanes at once (.ci/lanes.sh): the unit tests, and beside them
-# the BESIDE_UNIT stages one after another (their output is printed when both lanes end).
-# LANES=1 runs them all one after another.
-BESIDE_UNIT := notebooks validate book browser
+# The quick checks first, then three lanes at once (.ci/lanes.sh), each a list of stages run
+# one after another; the first lane prints as it goes, the others when every lane has ended,
+# with each stage's wall time. LANES=1 runs them all one after another.
+TEST_LANES := "unit-quick book browser" "unit-waiting notebooks" "validate"
 test-stages: lint check-lock
-	@MAKE="$(MAKE)" bash .ci/lanes.sh $(BESIDE_UNIT)
+	@MAKE="$(MAKE)" bash .ci/lanes.sh $(TEST_LANES)
 
 # GPU: the unit tests that run on the device (GPU-marked ones, the attention kernels with one
 # tile per shape class, Hogwild after CUDA is live), then every chapter and lab under nbval

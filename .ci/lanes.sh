@@ -1,47 +1,83 @@
 #!/usr/bin/env bash
-# make test's long stages in two lanes at once: the unit tests in this terminal, and beside
-# them the stages named (make passes BESIDE_UNIT: notebooks, validate, book, browser), one
-# after another, into a log file that is printed whole when both lanes have ended.
-#   bash .ci/lanes.sh STAGE...   (make test-stages runs it with BESIDE_UNIT, after lint and
-#                                check-lock; a lane stops at its first failing stage)
-# Why: the unit stage keeps a 2-core machine about half busy (measured: 387 s of CPU in
-# 709 s; it waits on pip, on kernels starting and on subprocesses), and the other stages do
-# not depend on it, so running them beside it takes minutes off `make test` (a fresh-clone
-# .ci/run on 2 cores, 2026-12-07: 1434 s one after another, 930 s in two lanes). The lanes
-# share nothing but the PostgreSQL server (the notebooks do not use it) and the grading
-# sandbox's uid blocks (each grading process locks its own).
-# MAKE: the make to run (set by make itself). LANES=1 runs the stages one after another.
-# Exits 0 only when both lanes passed; says which one failed.
+# make test's long stages in lanes that run at once: each argument is one lane, a quoted list
+# of make targets run one after another (a lane stops at its first failing stage). The first
+# lane prints to this terminal; the others write to log files printed whole when every lane
+# has ended. Every stage's wall time is printed, and a summary line per lane at the end.
+#   bash .ci/lanes.sh "unit-quick" "unit-waiting notebooks" "validate book browser"
+# (make test-stages passes TEST_LANES, after lint and check-lock).
+# Why lanes: most stages keep a 2-core machine far from busy (the unit tests wait on pip, on
+# sandboxed kernels starting, on timeouts and on subprocesses; the grading tests are mostly
+# waiting), and no stage depends on another lane's, so running them side by side takes
+# minutes off `make test` (a fresh-clone .ci/run on 2 cores, 2026-12-07: 1434 s one after
+# another, 930 s in two lanes). The lanes share nothing but the PostgreSQL server (only the
+# tracking tests use it) and the grading sandbox's uid blocks (each grading process locks
+# its own).
+# MAKE: the make to run (set by make itself). LANES=1 runs every stage one after another.
+# Exits 0 only when every lane passed; says which one failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make=${MAKE:-make}
 if [ "$#" = 0 ]; then
-  echo "usage: bash .ci/lanes.sh STAGE... (the make targets to run beside \`make unit\`)" >&2
+  echo "usage: bash .ci/lanes.sh LANE... (each LANE a quoted list of make targets)" >&2
   exit 2
 fi
-other_stages=("$@")
 
-if [ "${LANES:-2}" = 1 ]; then
-  exec "$make" --no-print-directory unit "${other_stages[@]}"
+# run_lane "STAGE STAGE ...": the stages one after another, each timed; stops at a failure.
+run_lane() {
+  local stage start status=0 lane_start
+  lane_start=$(date +%s)
+  for stage in $1; do
+    start=$(date +%s)
+    "$make" --no-print-directory "$stage"
+    status=$?
+    echo "lanes: stage $stage: $(( $(date +%s) - start )) s, exit $status"
+    [ "$status" = 0 ] || break
+  done
+  echo "lanes: lane \"$1\": $(( $(date +%s) - lane_start )) s, exit $status"
+  return "$status"
+}
+
+if [ "${LANES:-}" = 1 ]; then
+  for lane in "$@"; do
+    run_lane "$lane" || exit $?
+  done
+  exit 0
 fi
 
-log=$(mktemp "${TMPDIR:-/tmp}/mlinfra-lane.XXXXXX")
-echo "make test: ${other_stages[*]} run beside the unit tests (LANES=1: one after another);"
-echo "  their output goes to $log and is printed when both lanes end"
-set -m  # the other lane gets a process group of its own, so an interrupt stops all of it
-"$make" --no-print-directory -j1 "${other_stages[@]}" >"$log" 2>&1 &
-other=$!
+logs=() pids=()
+first=$1
+shift
+echo "make test: ${#} lane(s) beside \"$first\" (LANES=1: one after another); their output"
+echo "  is printed when every lane has ended:"
+set -m  # each lane gets a process group of its own, so an interrupt stops all of it
+for lane in "$@"; do
+  log=$(mktemp "${TMPDIR:-/tmp}/mlinfra-lane.XXXXXX")
+  echo "  \"$lane\" -> $log"
+  run_lane "$lane" >"$log" 2>&1 &
+  pids+=("$!") logs+=("$log")
+done
 set +m
-trap 'kill -- "-$other" 2>/dev/null; rm -f "$log"' EXIT
+cleanup() {
+  for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null; done
+  rm -f "${logs[@]}"
+}
+trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-unit=0
-"$make" --no-print-directory unit || unit=$?
-stages=0
-wait "$other" || stages=$?
+run_lane "$first"
+statuses=("$?") names=("$first")
+for k in "${!pids[@]}"; do
+  wait "${pids[$k]}"
+  statuses+=("$?") names+=("${*:k+1:1}")
+  echo
+  echo "---- lane \"${names[-1]}\" (run beside \"$first\") ----"
+  cat "${logs[$k]}"
+done
 echo
-echo "---- ${other_stages[*]} (run beside the unit tests) ----"
-cat "$log"
-echo "---- lanes: unit exit $unit; ${other_stages[*]} exit $stages ----"
-[ "$unit" = 0 ] && [ "$stages" = 0 ]
+failed=0
+for k in "${!names[@]}"; do
+  echo "---- lanes: \"${names[$k]}\": exit ${statuses[$k]}"
+  [ "${statuses[$k]}" = 0 ] || failed=1
+done
+exit "$failed"

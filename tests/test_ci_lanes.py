@@ -1,14 +1,16 @@
-"""`.ci/lanes.sh`, make test's two lanes: both run, and a failure in either fails the whole.
+"""`.ci/lanes.sh`, make test's lanes: every lane runs, and a failure in any fails the whole.
 
-A stand-in for make (a shell script given as MAKE) prints the targets it was asked for and
-fails where FAIL names one of them, so each test can make one lane fail and read what the
-script said. The Makefile's own stages are checked against it too: every stage that
-`make test` used to run one after another is still in one of the lanes.
+A stand-in for make (a shell script given as MAKE) prints the target it was asked for and
+fails where FAIL names it, so each test can make one lane fail and read what the script
+said. The Makefile's own lanes are checked too: every stage `make test` must run (the unit
+tests in their two halves, the chapters, the labs' validation, the book and the browser) is
+in exactly one lane, and the browser stage comes after the book it opens.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -18,7 +20,8 @@ pytestmark = pytest.mark.ci
 
 ROOT = Path(__file__).resolve().parents[1]
 LANES = ROOT / ".ci" / "lanes.sh"
-BESIDE = ["notebooks", "validate", "book", "browser"]
+SPEC = ["unit-quick book", "unit-waiting notebooks", "validate"]
+STAGES = {"unit-quick", "unit-waiting", "notebooks", "validate", "book", "browser"}
 FAKE_MAKE = """#!/bin/sh
 targets=""
 for arg in "$@"; do case "$arg" in -*) ;; *) targets="$targets $arg" ;; esac; done
@@ -28,53 +31,73 @@ exit 0
 """
 
 
-def _run(tmp_path: Path, *stages: str, fail: str = "", lanes: str = "2"):
+def _run(tmp_path: Path, *lanes: str, fail: str = "", one_lane: bool = False):
     make = tmp_path / "make"
     make.write_text(FAKE_MAKE)
     make.chmod(0o755)
-    env = {**os.environ, "MAKE": str(make), "FAIL": fail, "LANES": lanes, "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "MAKE": str(make), "FAIL": fail, "TMPDIR": str(tmp_path)}
+    env["LANES"] = "1" if one_lane else ""
     return subprocess.run(
-        ["bash", str(LANES), *stages], capture_output=True, text=True, env=env, timeout=60
+        ["bash", str(LANES), *lanes], capture_output=True, text=True, env=env, timeout=60
     )
 
 
-def test_both_lanes_run_and_the_other_lanes_output_is_printed(tmp_path):
-    done = _run(tmp_path, *BESIDE)
+def test_every_lane_runs_and_the_other_lanes_output_is_printed(tmp_path):
+    done = _run(tmp_path, *SPEC)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "fake make: unit" in done.stdout
-    assert "fake make: notebooks validate book browser" in done.stdout
-    assert "unit exit 0; notebooks validate book browser exit 0" in done.stdout
-    assert list(tmp_path.glob("mlinfra-lane.*")) == [], "the lane's log is removed"
+    for stage in ("unit-quick", "book", "unit-waiting", "notebooks", "validate"):
+        assert f"fake make: {stage}\n" in done.stdout
+        assert f"lanes: stage {stage}: " in done.stdout
+    for lane in SPEC:
+        assert f'---- lanes: "{lane}": exit 0' in done.stdout
+    assert list(tmp_path.glob("mlinfra-lane.*")) == [], "the lanes' logs are removed"
 
 
-@pytest.mark.parametrize("fail", ["unit", "validate"])
-def test_a_failure_in_either_lane_fails_and_the_other_lane_still_reports(tmp_path, fail):
-    done = _run(tmp_path, *BESIDE, fail=fail)
+@pytest.mark.parametrize("fail", ["unit-quick", "unit-waiting", "validate"])
+def test_a_failure_in_any_lane_fails_and_the_other_lanes_still_report(tmp_path, fail):
+    done = _run(tmp_path, *SPEC, fail=fail)
     assert done.returncode != 0
     assert f"fake make: {fail} failed" in done.stdout
-    assert "fake make: unit" in done.stdout and "fake make: notebooks" in done.stdout
-    unit, other = ("1", "0") if fail == "unit" else ("0", "1")
-    assert f"unit exit {unit}; notebooks validate book browser exit {other}" in done.stdout
+    for lane in SPEC:
+        code = "1" if fail in lane.split() else "0"
+        assert f'---- lanes: "{lane}": exit {code}' in done.stdout, done.stdout
+
+
+def test_a_lane_stops_at_its_first_failing_stage(tmp_path):
+    done = _run(tmp_path, *SPEC, fail="unit-waiting")
+    assert "fake make: notebooks" not in done.stdout  # after unit-waiting, in its lane
+    assert "fake make: book" in done.stdout  # another lane goes on
 
 
 def test_one_lane_when_asked(tmp_path):
-    done = _run(tmp_path, *BESIDE, lanes="1")
+    done = _run(tmp_path, *SPEC, one_lane=True)
     assert done.returncode == 0
-    assert done.stdout.strip() == "fake make: unit notebooks validate book browser"
+    ran = [line for line in done.stdout.splitlines() if line.startswith("fake make:")]
+    assert ran == [f"fake make: {s}" for lane in SPEC for s in lane.split()]
 
 
-def test_no_stage_is_a_usage_error(tmp_path):
+def test_no_lane_is_a_usage_error(tmp_path):
     done = _run(tmp_path)
-    assert done.returncode == 2 and "usage: bash .ci/lanes.sh STAGE" in done.stderr
+    assert done.returncode == 2 and "usage: bash .ci/lanes.sh LANE" in done.stderr
 
 
-def test_the_makefile_runs_every_stage_in_one_lane_or_the_other():
+def test_the_makefile_runs_every_stage_in_exactly_one_lane():
     lines = (ROOT / "Makefile").read_text().splitlines()
     quick = next(line.split(":", 1)[1].split() for line in lines if line.startswith("test-stages:"))
-    beside = next(
-        line.split(":=", 1)[1].split() for line in lines if line.startswith("BESIDE_UNIT")
-    )
+    spec = next(line.split(":=", 1)[1] for line in lines if line.startswith("TEST_LANES"))
+    lanes = [lane.split() for lane in shlex.split(spec)]
+    stages = [stage for lane in lanes for stage in lane]
     assert quick == ["lint", "check-lock"]
-    assert beside == BESIDE
+    assert sorted(stages) == sorted(STAGES), "each stage once, none missing"
+    book_lane = next(lane for lane in lanes if "book" in lane)
+    assert "browser" in book_lane and book_lane.index("browser") > book_lane.index("book")
     recipe = lines[lines.index(next(x for x in lines if x.startswith("test-stages:"))) + 1]
-    assert ".ci/lanes.sh $(BESIDE_UNIT)" in recipe
+    assert ".ci/lanes.sh $(TEST_LANES)" in recipe
+
+
+def test_the_two_unit_halves_are_the_whole_unit_stage():
+    text = (ROOT / "Makefile").read_text()
+    unit = text.split("\nunit: setup\n", 1)[1].split("\n", 1)[0]
+    assert '-m "not notebooks and not browser"' in unit
+    assert '-m "($(WAITING)) and not notebooks and not browser"' in text
+    assert '-m "not ($(WAITING)) and not notebooks and not browser"' in text

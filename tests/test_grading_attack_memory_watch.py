@@ -94,7 +94,9 @@ def graded(tmp_path_factory):
     if sandbox.kind == "bwrap":
         cases["tmpfs"] = _student_copy(softmax_solution=TMPFS)
     paths = _write_cases(tmp, cases)
-    config = ExecutionConfig(cell_timeout=ATTACK_CELL_TIMEOUT, memory_limit=MEMORY, disk_limit=DISK, jobs=2)
+    config = ExecutionConfig(
+        cell_timeout=ATTACK_CELL_TIMEOUT, memory_limit=MEMORY, disk_limit=DISK, jobs=2
+    )
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
     return report, {r.student: r for r in report.results}, sandbox
 

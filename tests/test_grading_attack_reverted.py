@@ -56,7 +56,11 @@ def graded(tmp_path_factory):
     sandbox.nproc_limit = lambda slot, max_procs: None  # no RLIMIT_NPROC either
     sandbox.seal = lambda workdir, slot: None  # the host working folder stays writable
     config = ExecutionConfig(
-        cell_timeout=ATTACK_CELL_TIMEOUT, memory_limit=MEMORY, max_procs=PROCS, disk_limit=None, jobs=2
+        cell_timeout=ATTACK_CELL_TIMEOUT,
+        memory_limit=MEMORY,
+        max_procs=PROCS,
+        disk_limit=None,
+        jobs=2,
     )
     report = grade_submissions(paths, WARMUP, config, sandbox=sandbox)
     return {r.student: r for r in report.results}, sandbox
