@@ -73,7 +73,9 @@ class CasStore:
         self.now = now  # the clock: the time of the last operation
         self.operations = 0  # collector operations so far (what `schedule` counts)
         self.log: list[str] = []  # every operation of both sides, in order: for messages
-        self._blobs: dict[str, tuple[bytes, int, int]] = {}  # digest -> (data, generation, written_at)
+        self._blobs: dict[
+            str, tuple[bytes, int, int]
+        ] = {}  # digest -> (data, generation, written_at)
         self._refs: dict[str, str] = {}  # name -> target, as written
         self._plan: dict[int, list[Callable[[], object]]] = {}
 
