@@ -8,7 +8,11 @@ and show that a race is a schedule: run twice, it does the same thing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import json
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +123,63 @@ def test_a_race_is_a_schedule_replayed_exactly() -> None:
 def test_page_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="page_size"):
         CasStore(page_size=0)
+
+
+# -- Lab 4's exercise 4: its graders, run here on the solution and on mutations of it ------
+# `validate` runs the lab's two wrong-answer cells as whole notebooks; these mutations are
+# the other plausible mistakes, proved caught by the same grader cells (hidden tests
+# included) in a few tenths of a second, without a kernel.
+LAB = Path(__file__).resolve().parents[1] / "labs" / "04_tracking.ipynb"
+GC_CELLS = ("gc-setup", "gc-solution", "gc-grade-at-rest", "gc-grade-races")
+CLOCK_FIRST = "    start = clock()\n"
+MUTATIONS = {
+    "no grace period": [
+        (
+            "blob.digest in referenced or blob.written_at > start - grace",
+            "blob.digest in referenced",
+        )
+    ],
+    "unconditional delete": [
+        ("delete_blob(blob.digest, if_generation=blob.generation)", "delete_blob(blob.digest)")
+    ],
+    "clock read after the references and the listing": [
+        (CLOCK_FIRST, ""),
+        ("    deleted = []\n", CLOCK_FIRST + "    deleted = []\n"),
+    ],
+    "case-sensitive targets": [("target[7:].lower()", "target[7:]")],
+    "only the first page": [
+        ("    while page := list_blobs(after):", "    for page in [list_blobs(after)]:")
+    ],
+}
+
+
+def _gc_cells() -> dict[str, str]:
+    cells = {c.get("id"): "".join(c["source"]) for c in json.loads(LAB.read_text())["cells"]}
+    return {cid: cells[cid] for cid in GC_CELLS}
+
+
+def _run_graders(solution: str) -> list[str]:
+    """The failures of the exercise's graders (hidden tests included) with `solution`."""
+    cells, failures, ns = _gc_cells(), [], {}
+    cells["gc-solution"] = solution
+    for cid in GC_CELLS:
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                exec(compile(cells[cid], cid, "exec"), ns)
+            except Exception as err:  # noqa: BLE001 - a failing cell, as nbval would report it
+                failures.append(f"{cid}: {type(err).__name__}: {err}")
+    return failures
+
+
+def test_the_labs_gc_solution_passes_its_graders() -> None:
+    assert _run_graders(_gc_cells()["gc-solution"]) == []
+
+
+@pytest.mark.parametrize("mistake", sorted(MUTATIONS))
+def test_each_plausible_gc_mistake_fails_a_grader(mistake: str) -> None:
+    solution = _gc_cells()["gc-solution"]
+    for old, new in MUTATIONS[mistake]:
+        assert solution.count(old) == 1, f"the mutation {mistake!r} no longer applies: {old!r}"
+        solution = solution.replace(old, new)
+    failures = _run_graders(solution)
+    assert any(f.startswith("gc-grade-") for f in failures), f"{mistake}: no grader failed"
