@@ -27,7 +27,7 @@ from mlinfra_lab.grading import release_node
 pytestmark = pytest.mark.grading
 
 LAB = Path(__file__).resolve().parents[1] / "labs" / "04_tracking.ipynb"
-FULL = {"search": 3, "index": 3, "retention": 3, "permissions": 3}
+FULL = {"search": 3, "index": 3, "retention": 3, "gc": 4, "permissions": 3}
 
 ORACLE = """def may(store, user: str, project: str, action: str) -> bool:
     g = globals()
