@@ -179,3 +179,31 @@ def test_event_budget_stops_a_run_that_cannot_finish():
             0,
             max_events=50,
         )
+
+
+@pytest.mark.parametrize("policy", [st.Async(), st.Sync(), st.StalenessAwareLR()])
+def test_a_time_budget_keeps_exactly_the_updates_within_it(policy):
+    quad, speeds = st.quadratic_problem(4, 5.0), st.WorkerSpeeds.lognormal(4, 1.0)
+    full = st.simulate(quad, speeds, policy, 60, 0.3, seed=2, eval_every=1)
+    budget = float(full.time[len(full.time) // 2]) + 1e-9  # halfway through the full run
+    kept = int(np.sum(full.time <= budget))
+    cut = st.simulate(quad, speeds, policy, 10_000, 0.3, seed=2, eval_every=7, until=budget)
+    assert cut.updates == kept and cut.time[-1] <= budget
+    np.testing.assert_array_equal(cut.staleness, full.staleness[:kept])
+    assert cut.loss_at[-1] == kept  # the loss is measured where the budget stopped the run
+    assert cut.final_loss == pytest.approx(full.loss[kept], rel=1e-6)
+    assert cut.config.until == budget
+
+
+def test_at_equal_time_sync_applies_fewer_updates_than_async():
+    quad, speeds = st.quadratic_problem(4, 5.0), st.WorkerSpeeds.homogeneous(4)
+    sync = st.simulate(quad, speeds, st.Sync(), 10_000, 0.5, seed=0, until=10.0)
+    async_ = st.simulate(quad, speeds, st.Async(), 10_000, 0.5, seed=0, until=10.0)
+    assert (sync.updates, async_.updates) == (10, 40)  # one round per second against 4 gradients
+
+
+@pytest.mark.parametrize("until", [0.0, -1.0, math.inf, math.nan, "10"])
+def test_a_bad_time_budget_is_refused(until):
+    with pytest.raises(st.StalenessConfigError, match="until"):
+        st.simulate(st.quadratic_problem(2), st.WorkerSpeeds.homogeneous(2), st.Async(), 5, 0.1, 0,
+                    until=until)  # fmt: skip

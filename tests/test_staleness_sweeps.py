@@ -134,3 +134,17 @@ def test_down_weighting_buys_nothing_beyond_a_tuned_or_matched_rate(scenario, as
         assert np.median(matched.updates_to_target) < np.median(rule.updates_to_target), rule.label
     # the rule's average step is larger than the matched one (Jensen: E[1/(1+s)] >= 1/(1+E[s]))
     assert np.all(at_6.mean_weight * LR > st.matched_lr(LR, mean_s))
+
+
+def test_loss_at_budget_is_the_loss_when_the_budget_runs_out():
+    quad, speeds = st.quadratic_problem(4, 5.0), st.WorkerSpeeds.straggler(4, 10.0)
+    for policy in (st.Sync(), st.Async(), st.StalenessAwareLR()):
+        run = st.simulate(quad, speeds, policy, 10_000, 0.4, seed=1, until=8.0)
+        assert st.loss_at_budget(quad, speeds, policy, 0.4, 1, 8.0) == pytest.approx(run.final_loss)
+    # A step far past the stability bound diverges: its loss at the budget is inf, not a number.
+    unstable = 1.5 * st.stability_bound(3)
+    homogeneous = st.WorkerSpeeds.homogeneous(4)
+    assert st.loss_at_budget(quad, homogeneous, st.Async(), unstable, 0, 200.0) == math.inf
+    for bad in (0.0, -1.0, math.inf):
+        with pytest.raises(st.StalenessConfigError, match="budget"):
+            st.loss_at_budget(quad, speeds, st.Async(), 0.4, 1, bad)

@@ -13,6 +13,7 @@ Read in this order (chapter 5 of the course follows it):
 - `analysis`: histograms, `staleness_loss_correlation`, updates- vs time-to-target;
 - `sweeps`: `seed_sweep`, `compare_policies`, `lr_sweep`, `matched_lr`: every comparison over
   seeds (median and range) and against tuned and step-matched `Async` baselines;
+  `loss_at_budget`: one run's loss after a budget of simulated seconds (equal cluster time);
 - `hogwild`: `run_hogwild`, real processes on shared memory, to check the simulator.
 """
 
@@ -49,6 +50,7 @@ from mlinfra_lab.staleness.sweeps import (
     SeedSweep,
     Spread,
     compare_policies,
+    loss_at_budget,
     lr_sweep,
     matched_lr,
     seed_sweep,
@@ -95,6 +97,7 @@ __all__ = [
     "implicit_momentum",
     "inverse_staleness",
     "logreg_problem",
+    "loss_at_budget",
     "lr_sweep",
     "matched_lr",
     "mlp_problem",

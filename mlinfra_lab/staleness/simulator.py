@@ -1,7 +1,8 @@
 """A discrete-event parameter server whose workers compute real gradients of real models.
 
 Contract: ``simulate(problem, speeds, policy, updates, lr, seed, momentum=0.0)`` runs until
-`updates` updates have been applied (or the loss diverges) and returns a `SimResult`: the
+`updates` updates have been applied (or the loss diverges, or, with ``until=T``, simulated
+time would pass T seconds) and returns a `SimResult`: the
 staleness, weight, time and worker of every applied update, the training-loss trace, the
 dropped gradients and each worker's busy, useful and idle time.
 
@@ -39,6 +40,10 @@ Design decisions:
   small, intra-op threads cost more than they save, badly so on a shared 2-core machine.
 - Randomness: every worker owns a seeded stream for its minibatches and another for its
   durations; ties in time are broken by the order events were scheduled. Same seed, same run.
+- A time budget (``until``) compares policies at equal simulated time, which is what a cluster
+  pays for: the run applies every update that lands at or before ``until`` and stops at the
+  first later event, measuring the loss there (the final loss is the loss at the budget). A
+  policy that waits (`Sync`) gets fewer, better updates in that time; `Async` more, staler ones.
 - Never a hang: a run whose loss becomes non-finite or grows past ``diverge_factor`` times its
   start is stopped and marked ``diverged``; a run that burns ``max_events`` gradient arrivals
   without finishing (e.g. "drop" with a bound no worker can meet) raises
@@ -83,6 +88,7 @@ class SimConfig:
     eval_every: int  # full training loss measured every this many updates
     diverge_factor: float  # loss above this times the initial loss marks divergence
     max_events: int  # gradient arrivals allowed before the run counts as stalled
+    until: float | None = None  # simulated seconds: no update applied after this (None: no limit)
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,10 +202,17 @@ def simulate(
     eval_every: int | None = None,
     diverge_factor: float = 1e6,
     max_events: int | None = None,
+    until: float | None = None,
     progress: bool = False,
 ) -> SimResult:
     """Run the asynchronous parameter server; see the module docstring."""
     _validate(problem, speeds, policy, updates, lr, seed, momentum)
+    if until is not None and not (
+        isinstance(until, (int, float)) and math.isfinite(until) and until > 0
+    ):
+        raise StalenessConfigError(
+            f"until is a time budget in simulated seconds, finite and > 0, got {until!r}"
+        )
     config = SimConfig(
         problem=problem.name,
         speeds=speeds.name,
@@ -212,6 +225,7 @@ def simulate(
         eval_every=eval_every or max(1, updates // 500),
         diverge_factor=float(diverge_factor),
         max_events=max_events or 100 * updates + 10 * speeds.n,
+        until=None if until is None else float(until),
     )
     with single_thread():
         return _run(problem, speeds, policy, config, progress)
@@ -222,6 +236,7 @@ def _run(
 ) -> SimResult:
     n, updates, lr, momentum = speeds.n, config.updates, config.lr, config.momentum
     seed, eval_every, max_events = config.seed, config.eval_every, config.max_events
+    until = math.inf if config.until is None else config.until
     wait_bound = policy.max_staleness if policy.mode == "wait" else None
     gate = ClockGate(n, policy.clock_bound or 0) if policy.mode == "clock" else None
     clock = gate.clock if gate is not None else [0] * n  # iterations each worker finished
@@ -327,6 +342,8 @@ def _run(
         )
     events = 0
     while version < updates and not diverged:
+        if heap[0][0] > until:  # the next event lands after the time budget
+            break
         if events >= max_events:
             raise SimulationStalledError(
                 f"{events} gradients arrived but only {version} of {updates} updates were "
@@ -367,6 +384,10 @@ def _run(
                 apply(group, [policy.scale(version - pulled_v[u]) for u in group], now)
         if bar is not None and version - bar.n >= 200:
             bar.update(version - bar.n)
+    if loss_at[-1] != version and not diverged:  # stopped by the budget between two evals
+        loss_at.append(version)
+        losses.append(problem.full_loss(theta))
+        diverged = not math.isfinite(losses[-1]) or losses[-1] > limit
     if bar is not None:
         bar.update(version - bar.n)
         bar.close()

@@ -6,7 +6,9 @@ the range over seeds of the updates and simulated seconds to the target loss and
 loss; `compare_policies` does that for several policies at one learning rate; `lr_sweep` does
 it for one policy over a grid of learning rates and returns an `LRSweep` whose ``best`` is the
 tuned baseline; `matched_lr(lr, mean_staleness)` is the constant learning rate
-lr / (1 + mean staleness), the step that 1/(1+s) applies to an update of average staleness.
+lr / (1 + mean staleness), the step that 1/(1+s) applies to an update of average staleness;
+`loss_at_budget` is one run's training loss after a budget of simulated seconds, the number a
+comparison at equal cluster time ranks policies by.
 
 Design decisions:
 - A mitigation that scales the step down (1/(1+s), lr/s) changes two things at once: how much
@@ -25,6 +27,10 @@ Design decisions:
   end of the grid is flagged (`LRSweep.best_at_edge`): the grid should then be widened.
 - Runs are seeded and deterministic (the simulator's own guarantee), so a sweep repeated with
   the same arguments returns the same numbers.
+
+- At equal time, not equal updates: `Sync` applies fewer, fresher updates per second than
+  `Async` (it waits for the slowest worker), so only a time budget compares what a cluster
+  pays for. `loss_at_budget` returns ``inf`` for a diverged run, like "never" above.
 
 Caveats: the median of five seeds is a robust summary, not a significance test; the range is
 the honest spread at this sample size (quartiles of five numbers mean little).
@@ -50,6 +56,7 @@ __all__ = [
     "SeedSweep",
     "Spread",
     "compare_policies",
+    "loss_at_budget",
     "lr_sweep",
     "matched_lr",
     "seed_sweep",
@@ -187,6 +194,32 @@ def matched_lr(lr: float, mean_staleness: float) -> float:
             f"mean_staleness counts updates and must be finite and >= 0, got {mean_staleness!r}"
         )
     return lr / (1.0 + mean_staleness)
+
+
+def loss_at_budget(
+    problem: Problem,
+    speeds: WorkerSpeeds,
+    policy: Policy,
+    lr: float,
+    seed: int,
+    seconds: float,
+    *,
+    momentum: float = 0.0,
+) -> float:
+    """Training loss after `seconds` simulated seconds of one run (``inf``: it diverged).
+
+    The run applies every update that lands within the budget (``simulate(..., until=)``);
+    its length in updates follows from the policy and the speeds, not from the caller.
+    """
+    if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
+        raise StalenessConfigError(f"seconds is a time budget: finite and > 0, got {seconds!r}")
+    # Enough updates for every worker to finish ~4x its share of the budget at its mean
+    # speed: a cap the budget, not this count, should reach first.
+    cap = max(1, math.ceil(4 * seconds * sum(1.0 / t for t in speeds.base_times)))
+    result = simulate(
+        problem, speeds, policy, cap, lr, seed, momentum, eval_every=cap, until=seconds
+    )
+    return math.inf if result.diverged else result.final_loss
 
 
 def _check_seeds(seeds: Sequence[int]) -> list[int]:
