@@ -393,7 +393,7 @@ def _and(parts: list[ColumnElement[bool]]) -> ColumnElement[bool]:
     return parts[0] if len(parts) == 1 else and_(*parts)
 
 
-def _like_test(pattern: str) -> Callable[[Any], ColumnElement[bool]]:
+def _like_test(pattern: str):
     """LIKE, case-sensitive with backslash escapes; no range rewrite (see the module doc)."""
     if (len(pattern) - len(pattern.rstrip("\\"))) % 2:
         pattern += "\\"  # a trailing lone backslash means itself
