@@ -204,8 +204,8 @@ class TrackingClient:
             {
                 "project": project,
                 "name": name,
-                "params": params,
-                "tags": tags,
+                "params": wire.key_values(params),
+                "tags": wire.key_values(tags),
                 "code_commit": code_commit,
                 "inputs": [_node(i) for i in inputs],
                 "start_time": start_time,
