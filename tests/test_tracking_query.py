@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+import uuid
 
 import pytest
 
@@ -167,3 +169,90 @@ def test_both_plans_return_the_same_runs(populated, plan, monkeypatch):
     assert got == want
     if plan == "exists" and populated.engine.dialect.name == "sqlite":
         assert any("CORRELATED" in line for line in populated.explain_search("p", cases[0]))
+
+
+def _icu_like_key(text):
+    """A stand-in for ICU's order: punctuation before digits before letters, case second."""
+    return [(0 if not c.isalnum() else 1 if c.isdigit() else 2, c.lower(), c) for c in text]
+
+
+@pytest.mark.parametrize("collation", ["ICU_LIKE", "NOCASE", "BINARY"])
+def test_like_is_right_under_any_collation(collation):
+    """A prefix LIKE must not be rewritten into a code-point range: a collation may sort otherwise.
+
+    The filter's expression is run on a `runs` table whose `name` column has `collation`
+    (SQLite lets a test define one): under an ICU-like order ``'xyz1'`` sorts after
+    ``'xy{'``, so the old range ``name >= 'xyz' and name < 'xy{'`` missed it.
+    """
+    from sqlalchemy import create_engine, event, select, text
+
+    from mlinfra_lab.tracking import schema as S
+
+    engine = create_engine("sqlite://")
+
+    @event.listens_for(engine, "connect")
+    def _setup(dbapi_conn, _record):
+        dbapi_conn.create_collation(
+            "ICU_LIKE",
+            lambda a, b: (
+                (_icu_like_key(a) > _icu_like_key(b)) - (_icu_like_key(a) < _icu_like_key(b))
+            ),
+        )
+        dbapi_conn.execute("PRAGMA case_sensitive_like=ON")  # as the store's engines
+
+    names = ["xyz1", "xyz", "xy{", "XYZ2", "xy-z", "xyZ_", "zz", "xz", "xyz_%"]
+    with engine.begin() as conn:
+        conn.execute(
+            text(f"CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT COLLATE {collation})")
+        )
+        conn.execute(text("CREATE INDEX ix_name ON runs (name)"))
+        conn.execute(text("INSERT INTO runs (name) VALUES (:n)"), [{"n": n} for n in names])
+
+    def like(pattern):
+        cond = compile_filter(f"name like '{pattern}'", now=0.0)
+        with engine.connect() as conn:
+            return sorted(conn.execute(select(S.runs.c.name).where(cond)).scalars())
+
+    assert like("xyz%") == ["xyz", "xyz1", "xyz_%"], f"a prefix match missed under {collation}"
+    assert like("xy%") == sorted(n for n in names if n.startswith("xy"))
+    assert like("xyz\\\\_%") == ["xyz_%"], "an escaped '_' is literal"
+    assert like("xyz\\\\_\\\\%") == ["xyz_%"]
+    assert like("XYZ%") == ["XYZ2"], "case-sensitive whatever the collation"
+    engine.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not os.environ.get("MLINFRA_PG_URL"), reason="set MLINFRA_PG_URL")
+def test_like_finds_prefix_matches_in_an_icu_collated_postgres_database(tmp_path):
+    """The issue's case: a PostgreSQL database with an ICU collation missed prefix matches."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from mlinfra_lab.tracking import TrackingStore
+
+    base = make_url(os.environ["MLINFRA_PG_URL"])
+    name = f"t_icu_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(
+                text(
+                    f'CREATE DATABASE "{name}" TEMPLATE template0 LOCALE_PROVIDER icu '
+                    "ICU_LOCALE 'en-US' LOCALE 'C'"
+                )
+            )
+    except Exception as err:  # noqa: BLE001 (no ICU in this build, or no CREATEDB right)
+        admin.dispose()
+        pytest.skip(f"cannot create an ICU-collated database here: {str(err)[:200]}")
+    try:
+        url = base.set(database=name).render_as_string(hide_password=False)
+        with TrackingStore(url, str(tmp_path / "art"), default_user="owner") as store:
+            for tag in ["xyz1", "xyz", "xy{", "XYZ2", "xy-z"]:
+                store.start_run("p", tags={"t": tag}, params={"model": tag}).end()
+            for field in ("tags.t", "params.model"):
+                got = sorted(r.tags["t"] for r in store.search_runs("p", f"{field} like 'xyz%'"))
+                assert got == ["xyz", "xyz1"], f"{field}: {got}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -24,6 +24,7 @@ cache and tiered retention keep storage fast and bounded. Read the modules in th
 - ``maintenance``  carrying out a plan; garbage collection of unreferenced blobs
 - ``records``    the frozen records the store returns (RunInfo, ArtifactInfo, ...)
 - ``store``      `TrackingStore`, the facade every read and write goes through
+- ``api``        `TrackingAPI`, the contract `TrackingStore` and `TrackingClient` both implement
 - ``experiments``  the chapter's measurements; ``testing``: throw-away stores for tests
 - ``search_cost``  where a search's time goes: planning counts, the SELECT, the page
 - ``bench``      side-by-side benchmark against MLflow (``mlinfra-lab bench tracking``)
@@ -38,6 +39,8 @@ from typing import TYPE_CHECKING
 # (PEP 562), so `mlinfra-lab --help` does not pay for SQLAlchemy and fsspec.
 _EXPORTS = {
     "Level": "access",
+    "RunAPI": "api",
+    "TrackingAPI": "api",
     "ArtifactCache": "cache",
     "CacheStats": "cache",
     "ArtifactNameError": "errors",
@@ -98,11 +101,13 @@ __all__ = [
     "RetentionPolicy",
     "RetentionRule",
     "Run",
+    "RunAPI",
     "RunInfo",
     "RequestTooLarge",
     "S3Unavailable",
     "ServerUnavailable",
     "StorageSpy",
+    "TrackingAPI",
     "TrackingError",
     "TrackingClient",
     "TrackingStore",
@@ -131,6 +136,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the eager imports
     from mlinfra_lab.tracking.access import Level
+    from mlinfra_lab.tracking.api import RunAPI, TrackingAPI
     from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
     from mlinfra_lab.tracking.errors import (
         ArtifactNameError,

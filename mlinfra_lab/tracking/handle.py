@@ -9,17 +9,20 @@ Design decisions:
 - Only behaviour that is the same to the letter lives here; where the two handles differ
   (what a batch is, where it goes, how the buffer is emptied) each keeps its own code, so a
   reader of either file sees its whole write path.
-- Subclasses provide `log_metrics` and `end`; the base declares them so that the shared
-  methods type-check and a third handle cannot forget one.
+- Subclasses provide `log_metrics`, `flush`, `log_params`, `set_tags`, `log_artifact` and
+  `end`; the base declares them, so that the shared methods type-check, a third handle
+  cannot forget one, and every handle is an `api.RunAPI` (mypy checks both).
 """
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, BinaryIO
 
 from mlinfra_lab.tracking import bounds
 from mlinfra_lab.tracking.errors import TrackingError
+from mlinfra_lab.tracking.records import ArtifactInfo
 
 __all__ = ["RunHandle"]
 
@@ -78,3 +81,26 @@ class RunHandle(ABC):
     @abstractmethod
     def end(self, status: str = "FINISHED") -> None:
         """Send what is buffered and close the run with `status`."""
+
+    @abstractmethod
+    def flush(self) -> int:
+        """Write the buffered points; return how many were written."""
+
+    @abstractmethod
+    def log_params(self, params: dict[str, Any]) -> None:
+        """Record params (upserted: a key logged again takes the new value)."""
+
+    @abstractmethod
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        """Record tags (upserted)."""
+
+    @abstractmethod
+    def log_artifact(
+        self,
+        source: bytes | str | os.PathLike | BinaryIO,
+        name: str,
+        kind: str = "other",
+        step: int | None = None,
+        pinned: bool = False,
+    ) -> ArtifactInfo:
+        """Store `source` (bytes, a file path or a binary stream) as an artifact of the run."""

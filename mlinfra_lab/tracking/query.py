@@ -35,7 +35,13 @@ Design decisions:
   top-level conjunct can instead become a correlated ``EXISTS`` probe by primary key,
   evaluated only on the runs the scan in creation order reaches; the store picks per
   conjunct from a count capped at a few thousand rows (`TrackingStore.search_runs`).
-- ``like 'prefix%'`` adds a range on the prefix, so the value index narrows it.
+- ``like 'prefix%'`` is a plain LIKE, never rewritten into a range on the prefix
+  (``value >= 'xyz' and value < 'xy{'``): that range holds only in code-point order, and a
+  database's collation may sort otherwise (under ICU's ``en-US`` ``{`` sorts before ``z``, so
+  ``'xyz1'`` falls outside it and the search missed it). The database narrows the index by
+  the prefix itself where its index order allows it: SQLite always (``case_sensitive_like``
+  on a BINARY column), PostgreSQL when the index's collation is ``C``; under another
+  collation PostgreSQL scans the index entries of the key and filters them by the pattern.
   Hot params (`schema.HOT_PARAMS`) compare the indexed column on `runs` directly.
 - A run without the metric does not match a comparison on it (like SQL NULL), and does
   match its negation with ``not``.
@@ -387,37 +393,11 @@ def _and(parts: list[ColumnElement[bool]]) -> ColumnElement[bool]:
     return parts[0] if len(parts) == 1 else and_(*parts)
 
 
-def _like_prefix(pattern: str) -> str:
-    """The literal characters a LIKE pattern starts with (escapes resolved, up to the first wildcard)."""
-    out, i = [], 0
-    while i < len(pattern) and pattern[i] not in "%_":
-        if pattern[i] == "\\":
-            i += 1
-            if i == len(pattern):
-                break
-        out.append(pattern[i])
-        i += 1
-    return "".join(out)
-
-
-def _next_char(ch: str) -> str | None:
-    """The character after `ch` in code-point order, skipping surrogates (None after the last)."""
-    n = ord(ch) + 1
-    if 0xD800 <= n <= 0xDFFF:
-        n = 0xE000
-    return None if n > 0x10FFFF else chr(n)
-
-
 def _like_test(pattern: str):
-    """LIKE (case-sensitive, backslash escapes), plus a range on the literal prefix for the index."""
+    """LIKE, case-sensitive with backslash escapes; no range rewrite (see the module doc)."""
     if (len(pattern) - len(pattern.rstrip("\\"))) % 2:
         pattern += "\\"  # a trailing lone backslash means itself
-    prefix = _like_prefix(pattern)
-    upper = _next_char(prefix[-1]) if prefix else None
-    if upper is None:
-        return lambda col: col.like(pattern, escape="\\")
-    upper = prefix[:-1] + upper
-    return lambda col: and_(col >= prefix, col < upper, col.like(pattern, escape="\\"))
+    return lambda col: col.like(pattern, escape="\\")
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from typing import BinaryIO
 
 from mlinfra_lab.tracking import access, audit, lineage, maintenance, reading, uploads, writing
 from mlinfra_lab.tracking.access import Level, StoreAccess
+from mlinfra_lab.tracking.api import HasNode
 from mlinfra_lab.tracking.artifacts import BlobStore, open_uri, to_url, verified_copy
 from mlinfra_lab.tracking.cache import ArtifactCache, CacheStats
 from mlinfra_lab.tracking.db import make_engine, migrate
@@ -215,7 +216,7 @@ class TrackingStore(StoreAccess):
 
     def lineage(
         self,
-        node: str | RunInfo | Run | ArtifactInfo | DatasetRef,
+        node: str | HasNode,
         direction: str = "forward",
         depth: int | None = None,
         user: str | None = None,

@@ -30,6 +30,7 @@ from typing import Any, BinaryIO
 import httpx
 
 from mlinfra_lab.tracking.access import Level
+from mlinfra_lab.tracking.api import HasNode
 from mlinfra_lab.tracking.artifacts import CHUNK
 from mlinfra_lab.tracking.errors import IdentityError, ServerUnavailable, TrackingError
 from mlinfra_lab.tracking.lineage import LineageGraph
@@ -203,8 +204,8 @@ class TrackingClient:
             {
                 "project": project,
                 "name": name,
-                "params": params,
-                "tags": tags,
+                "params": wire.key_values(params),
+                "tags": wire.key_values(tags),
                 "code_commit": code_commit,
                 "inputs": [_node(i) for i in inputs],
                 "start_time": start_time,
@@ -299,7 +300,7 @@ class TrackingClient:
 
     def lineage(
         self,
-        node: str | RunInfo | RemoteRun | ArtifactInfo | DatasetRef,
+        node: str | HasNode,
         direction: str = "forward",
         depth: int | None = None,
         user: str | None = None,

@@ -158,11 +158,11 @@ class RemoteRun(RunHandle):
     # -- params, tags, artifacts ---------------------------------------------------
     def log_params(self, params: dict[str, Any]) -> None:
         self._check_open()
-        self.client.request("POST", f"/runs/{self.id}/params", {"params": params})
+        self.client.request("POST", f"/runs/{self.id}/params", {"params": wire.key_values(params)})
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._check_open()
-        self.client.request("POST", f"/runs/{self.id}/tags", {"tags": tags})
+        self.client.request("POST", f"/runs/{self.id}/tags", {"tags": wire.key_values(tags)})
 
     def log_artifact(
         self,

@@ -20,6 +20,12 @@ Design decisions:
   sent as null, never as the ``Infinity`` or ``NaN`` that JSON parsers reject.
 - Only public attributes cross the wire: `NotFoundOrDenied` keeps the project of an
   existing id in a private attribute for the audit log, and it stays on the server.
+- Params and tags keep ``str(value)`` in the store, whatever the value's type. JSON carries
+  only some types as themselves (a tuple would arrive as a list and be kept as
+  ``"[1, 2]"``; bytes, a set, a date, ``inf`` would not be sent at all), so the client
+  sends every other value as that text already (`key_values`): the server keeps exactly
+  what the store would. (Only the numeric copy of a number type whose text does not parse
+  as one, a ``Fraction``, is lost; the text is the same.)
 - A rebuilt error is made without calling its ``__init__`` (the message is the server's,
   attributes are set from the body), so every class round-trips through one function;
   an unknown class name becomes a plain `TrackingError` with the server's message.
@@ -50,6 +56,7 @@ __all__ = [
     "error_from_payload",
     "error_payload",
     "gc_report",
+    "key_values",
     "lineage_graph",
     "policy",
     "retention_plan",
@@ -80,6 +87,22 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_plain(v) for v in obj]
     return obj
+
+
+def key_values(values: dict[Any, Any] | None) -> dict[str, Any] | None:
+    """Params or tags as the client sends them: keys as text, and each value that JSON does
+    not carry as itself (anything but text, a bool, an int, a finite float or None) as the
+    ``str`` the store keeps for it (see the module doc)."""
+    if values is None:
+        return None
+    return {
+        str(k): v
+        if v is None
+        or isinstance(v, str | bool | int)
+        or (isinstance(v, float) and math.isfinite(v))
+        else str(v)
+        for k, v in values.items()
+    }
 
 
 def dumps(obj: Any) -> bytes:
