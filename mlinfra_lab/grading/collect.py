@@ -169,7 +169,7 @@ def _choose(files: list[_File]) -> tuple[_File | None, list[str], list[tuple[_Fi
     """(the file to take or None, notes on it, [(file set aside or refused, why)])."""
     latest = {f.sha256: f for f in sorted(files, key=lambda f: f.order)}  # per content
     same = [f for f in files if f is not latest[f.sha256]]
-    aside = [(f, f"the same bytes as {latest[f.sha256].entry.name}, taken for both") for f in same]  # fmt: skip
+    aside = [(f, f"the same bytes as {latest[f.sha256].entry.name}, taken") for f in same]
     kept = sorted(latest.values(), key=lambda f: f.order)
     if len(kept) == 1:
         notes = [f"also in the download with the same bytes: {f.entry.name}" for f in same]
@@ -187,7 +187,8 @@ def _choose(files: list[_File]) -> tuple[_File | None, list[str], list[tuple[_Fi
             f"a resubmission: the latest of {len(kept)} uploads of this notebook (by {what}); "
             f"set aside: {', '.join(f.entry.name for f in older)}"
         ]
-        aside += [(f, f"an earlier upload of the notebook taken from {newest.entry.name}") for f in older]  # fmt: skip
+        earlier = f"an earlier upload of the notebook taken from {newest.entry.name}"
+        aside += [(f, earlier) for f in older]
         return newest, notes, aside
     names = ", ".join(f.entry.name for f in kept)
     why = (
