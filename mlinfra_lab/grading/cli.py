@@ -45,7 +45,8 @@ Which lab and which student:
   without the lab name: alice.ipynb and alice_00_warmup.ipynb are both 'alice' (a file
   named just after the lab takes its folder's name). Two files for one student and lab:
   one is graded with a note naming the other, which is reported. A folder argument is
-  searched recursively for *.ipynb.
+  searched recursively for *.ipynb. A Canvas or Moodle download: 'mlinfra-lab collect'
+  first (identity from the LMS's ids or a roster; see 'mlinfra-lab collect --help').
 
 Inputs that are refused (one line each, the rest is graded):
   symbolic links (never followed, also inside folders), anything that is not a regular
