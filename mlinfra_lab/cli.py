@@ -19,8 +19,8 @@ Design decisions:
   tables (a test keeps the tables' help equal to what the chapters register).
 - Errors are caught once, here: handlers let a chapter's errors through and raise
   `CommandError` only for a flag that argparse cannot check.
-- The instructors' commands (``release``, ``grade``, ``validate``) need the ``grading``
-  extra (nbval, nbclient, ipykernel, pytest), which a student's ``pip install mlinfra-lab``
+- The instructors' commands (``release``, ``collect``, ``grade``, ``validate``) need the
+  ``grading`` extra (nbval, nbclient, ipykernel, pytest), which a student's ``pip install mlinfra-lab``
   does not bring. `EXTRAS` names the extra each command module needs; before loading one,
   `main` checks that the extra's distributions (read from the installed package's own
   metadata, so pyproject.toml stays the one list) are installed, and otherwise says, on
@@ -66,6 +66,10 @@ TOPIC_CLIS = (_GRADING, _ATTENTION, _SCALING, _CI, _TRACKING, _STALENESS)
 COMMANDS: dict[str, tuple[str, str]] = {
     "release": (_GRADING, "write student versions of labs (solutions and hidden tests removed)"),
     "grade": (_GRADING, "grade submitted lab notebooks, each in a sandbox; write a gradebook"),
+    "collect": (
+        _GRADING,
+        "turn a Canvas or Moodle submissions download into the folders grade reads",
+    ),
     "validate": (
         _GRADING,
         "check every grader passes on the source and fails on the release and on every "

@@ -6,6 +6,9 @@ The workflow of an instructor, one module per step:
 - `variants`: the ``wrong-answer`` cells a lab keeps, and the notebooks that try them.
 - `release`: the student version (solutions stubbed, hidden tests and wrong answers removed,
   read-only cells locked, outputs cleared).
+- `collect`: a Canvas or Moodle submissions download into ``<student>/<lab>.ipynb``
+  (``mlinfra-lab collect``): `download` reads the zip or folder refusing hostile entries,
+  `lms_names` reads whose each file is from the LMS's naming.
 - `submissions`: the source labs, and which lab and student each submitted notebook is
   (`copy_names`: Colab's and browsers' copy names; `json_budget`: a notebook's JSON shape
   checked before it is parsed).
@@ -39,11 +42,13 @@ The workflow of an instructor, one module per step:
 - `validate`: prove every grader passes on the source and fails on the release and on
   every wrong answer.
 
-Command line: ``mlinfra-lab release``, ``mlinfra-lab grade [--secret S]``,
-``mlinfra-lab validate [--secret S]``.
+Command line: ``mlinfra-lab release``, ``mlinfra-lab collect``,
+``mlinfra-lab grade [--secret S]``, ``mlinfra-lab validate [--secret S]``.
 """
 
 from .class_summary import write_summary
+from .collect import CollectError, CollectReport, collect_download
+from .download import DownloadError, read_download
 from .errors import (
     CallGuardError,
     ExecutionError,
@@ -91,6 +96,9 @@ __all__ = [
     "CallGuardError",
     "CellOutcome",
     "CellResult",
+    "CollectError",
+    "CollectReport",
+    "DownloadError",
     "ExecutionConfig",
     "ExecutionError",
     "ExportError",
@@ -120,6 +128,7 @@ __all__ = [
     "Verification",
     "WireError",
     "WrongAnswer",
+    "collect_download",
     "csv_safe",
     "forbid_calls",
     "forbidden_codes",
@@ -133,6 +142,7 @@ __all__ = [
     "load_source_labs",
     "manual_cells",
     "merge_manual_scores",
+    "read_download",
     "readonly_cells",
     "release_dir",
     "release_feedback",

@@ -1,7 +1,7 @@
 """Command-line entry points of `mlinfra_lab.grading`: ``release``, ``grade``, ``validate``.
 
-Contract: `register(commands, bench)` adds the three instructor commands to ``mlinfra-lab``
-(and ``bench grading``, see `bench`; the flags of regrades, late policy, feedback and
+Contract: `register(commands, bench)` adds the instructor commands to ``mlinfra-lab``
+(``collect``'s parser and handler are `cli_collect`'s; and ``bench grading``, see `bench`; the flags of regrades, late policy, feedback and
 exports, and their handlers, are `cli_book`'s);
 each handler returns 0 on success, 1 when it finished but found problems (an input that could
 not be graded, a grader that cannot fail, an edited gradebook for ``grade --verify``), raises
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from mlinfra_lab.errors import CommandError
 
 from .cli_book import BOOK_EPILOG, add_book_flags
+from .cli_collect import add_collect_command
 from .sandbox import SANDBOX_KINDS
 
 if TYPE_CHECKING:
@@ -44,7 +45,8 @@ Which lab and which student:
   without the lab name: alice.ipynb and alice_00_warmup.ipynb are both 'alice' (a file
   named just after the lab takes its folder's name). Two files for one student and lab:
   one is graded with a note naming the other, which is reported. A folder argument is
-  searched recursively for *.ipynb.
+  searched recursively for *.ipynb. A Canvas or Moodle download: 'mlinfra-lab collect'
+  first (identity from the LMS's ids or a roster; see 'mlinfra-lab collect --help').
 
 Inputs that are refused (one line each, the rest is graded):
   symbolic links (never followed, also inside folders), anything that is not a regular
@@ -558,3 +560,4 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "(default: the public default secret)",
     )
     validate.set_defaults(func=_validate)
+    add_collect_command(commands)
