@@ -359,10 +359,16 @@ def _refuse_restored_inside(args: argparse.Namespace) -> None:
 
 def _write_restored(args: argparse.Namespace, config: ExecutionConfig) -> None:
     """``grade --write-restored DIR``: each submission's restored notebook, for nbval."""
+    from .cli_book import _students
     from .restored import write_restored
 
     run = write_restored(
-        args.submissions, args.source, args.write_restored, config.max_bytes, config.max_cells
+        args.submissions,
+        args.source,
+        args.write_restored,
+        config.max_bytes,
+        config.max_cells,
+        _students(args.student),  # with --student, those students' only
     )
     for path, why in run.skipped:
         print(f"warning: --write-restored: {path}: {why}", file=sys.stderr)

@@ -165,9 +165,11 @@ def write_restored(
     out: Path | str,
     max_bytes: int | None = None,
     max_cells: int | None = None,
+    students: frozenset[str] = frozenset(),
 ) -> RestoredRun:
     """Write the restored notebook of every submission found in `submissions` (as grading
-    finds them, with the same size limits) into ``out/STUDENT/LAB.ipynb``."""
+    finds them, with the same size limits; only those of `students` when given) into
+    ``out/STUDENT/LAB.ipynb``."""
     import nbformat
 
     out = Path(out)
@@ -176,8 +178,11 @@ def write_restored(
     found, _refused = find_submissions(submissions, labs, max_bytes, max_cells)  # grade says
     run = RestoredRun()
     for sub in found:
+        if students and sub.student not in students:
+            continue
         if not (safe_component(sub.student) and safe_component(sub.lab)):
-            run.skipped.append((str(sub.path), "not a plain folder name (a separator or control code)"))  # fmt: skip
+            why = "not a plain folder name (a separator or control code)"
+            run.skipped.append((str(sub.path), why))
             continue
         folder = out / sub.student
         if folder.is_symlink() or out.is_symlink():
