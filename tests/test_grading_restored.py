@@ -252,6 +252,21 @@ def test_write_restored_refuses_a_folder_grading_reads(tmp_path):
     assert not (tmp_path / "book").exists()  # refused before anything was graded
 
 
+def test_only_the_named_students_and_no_nbval_tag_is_kept(tmp_path):
+    """``--student`` narrows what is written; nbval's tags leave every cell (a student's
+    ``raises-exception`` would make nbval pass a cell that raises, which grading fails)."""
+    bob = _student_copy()
+    _cell(bob, "naive-demo").metadata["tags"] = ["raises-exception", "nbval-skip", "mine"]
+    _write_cases(tmp_path / "submissions", {"alice": _student_copy(), "bob": bob})
+    run = write_restored(
+        [tmp_path / "submissions"], WARMUP, tmp_path / "restored", students=frozenset({"bob"})
+    )
+    assert [(s, lab) for s, lab, _ in run.written] == [("bob", "00_warmup")] and not run.skipped
+    nb = nbformat.read(str(run.written[0][2]), as_version=4)
+    assert _cell(nb, "naive-demo").metadata["tags"] == ["mine"]
+    assert _cell(nb, "softmax-grader").metadata["tags"] == ["grader"]
+
+
 def test_grade_help_states_nbvals_place():
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):

@@ -562,7 +562,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="also write each submission's restored notebook (the source graders back in "
         "place, their visible tests only: no hidden test, no secret) as DIR/STUDENT/LAB.ipynb; "
         "'pytest --nbval-lax DIR/STUDENT/LAB.ipynb' then reruns its visible tests, cell by "
-        "cell, as grading did (a dispute or an appeal). DIR must be outside the submissions",
+        "cell, as grading did (a dispute or an appeal). With --student, those students' "
+        "only. DIR must be outside the submissions and source folders",
     )
     add_book_flags(grade)
     grade.set_defaults(func=_grade)

@@ -92,9 +92,11 @@ def _source_cell(lab: SourceLab, restored: GraderCell | ReadonlyCell, visible: b
     """The source cell that replaces `restored` in the submission: a grader's text as grading
     runs it (guarded, scoped), or with `visible` as the release gave it."""
     cell = copy.deepcopy(lab.notebook.cells[restored.index])
-    if visible:
+    if visible:  # as `release` writes it
         cell.source = restored.visible
         cell.metadata["checksum"] = restored.checksum
+        if isinstance(restored, ReadonlyCell):
+            cell.metadata.update(editable=False, deletable=False)
     elif isinstance(restored, GraderCell):
         cell.source = restored.run_source
     return cell
