@@ -13,7 +13,8 @@ The workflow of an instructor, one module per step:
   (`copy_names`: Colab's and browsers' copy names; `json_budget`: a notebook's JSON shape
   checked before it is parsed).
 - `restore`: put the source graders (hidden tests included) and read-only cells back into a
-  submission by id.
+  submission by id; `restored`: the same with the visible tests only, the notebook a
+  student reruns under ``pytest --nbval-lax`` (``grade --write-restored``).
 - `forbid`: the guard a grader with ``forbid`` metadata runs under: no calling the course's
   own implementation of the answer.
 - `reference`: `using_reference`, a later exercise graded with the earlier ones' references.
@@ -82,6 +83,7 @@ from .markers import (
 from .reference import using_reference
 from .release import release_dir, release_node, release_notebook
 from .restore import RestoreNote, restore_graders
+from .restored import RestoredLeakError, RestoredRun, restored_notebook, write_restored
 from .secret import DEFAULT_SECRET, SECRET_ENV, grading_rng, grading_seed
 from .submissions import SourceLab, Submission, SubmissionProblem, load_source_labs
 from .validate import ValidationProblem, ValidationReport, validate_labs
@@ -118,6 +120,8 @@ __all__ = [
     "MarkerError",
     "ReadonlyCell",
     "RestoreNote",
+    "RestoredLeakError",
+    "RestoredRun",
     "SourceLab",
     "SourceLabError",
     "Submission",
@@ -150,6 +154,7 @@ __all__ = [
     "release_notebook",
     "replace_solutions",
     "restore_graders",
+    "restored_notebook",
     "run_notebooks",
     "strip_hidden",
     "using_reference",
@@ -159,6 +164,7 @@ __all__ = [
     "write_export",
     "write_feedback",
     "write_gradebook",
+    "write_restored",
     "write_summary",
     "wrong_answers",
 ]

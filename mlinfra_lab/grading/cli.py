@@ -63,6 +63,17 @@ What is graded:
   builtins are put back as they were before the notebook ran. A crashing or hanging cell
   (see --timeout) scores what passed; the rest of the batch is still graded.
 
+Reproducing a verdict (--write-restored DIR; a dispute, an appeal):
+  Grading keeps nbval's rule for a cell (pytest --nbval-lax: a cell that raises fails, no
+  output is compared) but drives each kernel itself over jupyter's protocol, so that it
+  reads both the reply and the broadcast errors, runs the judge and holds the budgets, with
+  no outcome passing through a file the kernel could write. DIR/STUDENT/LAB.ipynb is the
+  submission with the source graders put back, their visible tests only (no hidden test,
+  no seed, no secret). 'pytest --nbval-lax --nbval-cell-timeout=600 DIR/STUDENT/LAB.ipynb'
+  reruns it in a plain kernel: a grader that scored passes there; one that fails there
+  scored 0 with the same message; one that passes there and scored 0 failed what is not
+  there (a hidden test, the judge, the forbid guard) or a budget.
+
 The judge (on unless --no-judge): the student's kernel is the student's interpreter, where
   a function can patch numpy while it runs or return an object whose comparisons always
   agree. So each grader runs a second time, in a kernel of its own that never runs a line
@@ -293,7 +304,11 @@ def _grade(args: argparse.Namespace) -> int:
     if args.student and args.force:
         raise CommandError("--student regrades those students, --force everyone: give one")
     config = _budgets(args, _execution_config(args, os.environ.get(SECRET_ENV) or DEFAULT_SECRET))
+    if args.write_restored:
+        _refuse_restored_inside(args)
     report = grade_run(args, config, args.secret or os.environ.get(SECRET_ENV) or DEFAULT_SECRET)
+    if args.write_restored:
+        _write_restored(args, config)
     csv_path = Path(args.out) / "gradebook.csv"
     json_path = Path(args.out) / "gradebook.json"
     for result in report.results:
@@ -331,6 +346,39 @@ def _grade(args: argparse.Namespace) -> int:
             "secret): it catches accidental edits, not someone who rewrites it too"
         )
     return 0 if report.ok else 1
+
+
+def _refuse_restored_inside(args: argparse.Namespace) -> None:
+    """Refuse ``--write-restored`` inside a submissions or source folder, before grading."""
+    from .errors import GradingError
+    from .restored import refuse_inside
+
+    try:
+        refuse_inside(args.write_restored, [*args.submissions, args.source])
+    except GradingError as err:
+        raise CommandError(str(err)) from err
+
+
+def _write_restored(args: argparse.Namespace, config: ExecutionConfig) -> None:
+    """``grade --write-restored DIR``: each submission's restored notebook, for nbval."""
+    from .cli_book import _students
+    from .restored import write_restored
+
+    run = write_restored(
+        args.submissions,
+        args.source,
+        args.write_restored,
+        config.max_bytes,
+        config.max_cells,
+        _students(args.student),  # with --student, those students' only
+    )
+    for path, why in run.skipped:
+        print(f"warning: --write-restored: {path}: {why}", file=sys.stderr)
+    print(
+        f"--write-restored: {len(run.written)} restored notebooks (graders back, hidden tests "
+        f"left out) under {args.write_restored}; rerun one with: pytest --nbval-lax "
+        f"{args.write_restored}/STUDENT/LAB.ipynb"
+    )
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -508,6 +556,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         metavar="GIB",
         help="size of each of a sandbox's tmpfs (home, /tmp, /dev/shm), in GiB "
         f"(default: {DEFAULT_DISK_GIB:g}; 0: no limit)",
+    )
+    grade.add_argument(
+        "--write-restored",
+        metavar="DIR",
+        default=None,
+        help="also write each submission's restored notebook (the source graders back in "
+        "place, their visible tests only: no hidden test, no secret) as DIR/STUDENT/LAB.ipynb; "
+        "'pytest --nbval-lax DIR/STUDENT/LAB.ipynb' then reruns its visible tests, cell by "
+        "cell, as grading did (a dispute or an appeal). With --student, those students' "
+        "only. DIR must be outside the submissions and source folders",
     )
     add_book_flags(grade)
     grade.set_defaults(func=_grade)

@@ -46,7 +46,7 @@ class SubmissionError(GradingError):
 
 
 class ExecutionError(GradingError):
-    """The nbval run itself could not start (pytest or nbval missing, kernel not installed)."""
+    """No notebook can run here: a grading kernel cannot start (ipykernel not installed)."""
 
 
 class ForbiddenCallError(GradingError):

@@ -10,9 +10,10 @@ others run on; only `ExecutionError` (no kernel can start here) stops the batch.
 
 Design decisions:
 - The grading process drives each kernel itself and judges each cell by the kernel's
-  ``execute_reply`` (see `kernel_runner`): no pytest, no report file between them. nbval
-  stays what ``make test`` uses to run the course's notebooks; grading needs more than
-  nbval reads.
+  ``execute_reply`` (see `kernel_runner`): no pytest, no report file between them. The rule
+  for a cell is nbval's under ``--nbval-lax`` (a cell that raises fails; outputs are not
+  compared), read from more than nbval reads; nbval stays what ``make test`` runs the
+  course's chapters with, and what reruns a restored submission (`restored`).
 - ``config.jobs`` notebooks run side by side (threads in this process, each driving one
   sandboxed kernel in its own slot, see `sandbox`). The default is 1 because on a 2-core
   machine parallel kernels fight for the same cores and make per-cell timeouts less

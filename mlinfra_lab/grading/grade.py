@@ -1,11 +1,18 @@
-"""Grade lab submissions: restore the graders, run nbval, score each grader cell.
+"""Grade lab submissions: restore the graders, run each notebook in its kernel, score each grader.
 
 Contract: `grade_submissions(paths, source, config)` returns a `GradeReport`: per submission,
-each source grader cell's points if the cell ran without an exception, else 0 with the
-assertion message; inputs that cannot be graded are listed in ``report.problems`` (one line
-each) and never stop the batch. Nothing is written; `write_gradebook` does that.
+each source grader cell's points if the cell ran without an exception (and its judge
+agreed), else 0 with the assertion message; inputs that cannot be graded are listed in
+``report.problems`` (one line each) and never stop the batch. Nothing is written;
+`write_gradebook` does that.
 
 Design decisions:
+- A cell's verdict is nbval's under ``--nbval-lax`` (it fails when it raises; no output is
+  compared), but the notebooks are run by `execute` / `kernel_runner`, which drive each
+  kernel over jupyter's protocol, not by nbval: grading needs both of the kernel's signals,
+  the judge, the budgets, and no outcome passing through a file (see `kernel_runner`). What
+  nbval can rerun is the restored notebook (`restored`, ``grade --write-restored``): the
+  graders' visible tests, with the same verdicts.
 - The score of a grader is all or nothing: the cell passed (points) or not (0). Partial
   credit is several grader cells sharing one exercise.
 - Written answers (markdown cells tagged ``manual``) are not run: each is listed with the

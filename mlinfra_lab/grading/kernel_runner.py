@@ -10,9 +10,16 @@ reached (the kernel died, or was stopped after a hang) has no outcome. Nothing i
 what a notebook does; `ExecutionError` only when this machine cannot start kernels at all.
 
 Design decisions:
+- nbval's cell semantics, held more strictly: under ``pytest --nbval-lax`` a cell fails when
+  it raises and no output is compared, and so here; nbval's own markers (``NBVAL_SKIP``, a
+  ``raises-exception`` tag) are not honoured: every cell runs, and a grader that raises
+  fails. The restored notebook (`restored`) reruns a submission's visible tests under nbval
+  itself, with those markers neutralised.
 - The grading process drives the kernel itself over jupyter's messaging protocol
-  (``jupyter_client``), reading the replies from the kernel's sockets: no outcome passes
-  through a file, a pytest plugin or anything else the kernel could write to.
+  (``jupyter_client``), reading the replies from the kernel's sockets, instead of running
+  nbval: no outcome passes through a file, a pytest plugin or anything else the kernel
+  could write to, and the runner can do what nbval does not (the two signals below, the
+  kernel reset, the judge, the budgets).
 - Both signals are required: ``execute_reply.status == "ok"`` (what nbval never read; a
   custom exception handler, a silenced traceback or an exception IPython does not broadcast
   still gives an error reply) and no ``error`` message on iopub.

@@ -5,7 +5,9 @@ every grader cell and every ``readonly`` cell of the source lab is the instructo
 (full text with hidden tests, metadata, id), found by cell id; a deleted one is re-inserted
 where the source has it; a grader with ``forbid`` metadata runs inside its guard (see
 `forbid`); all outputs are cleared. It also returns, per restored cell id, what was
-changed, for the gradebook.
+changed, for the gradebook. With ``visible=True`` each grader holds its visible text instead
+(the release's: hidden tests and guard left out, the release's checksum in its metadata):
+the restored notebook a student reruns under nbval (see `restored`).
 
 Design decisions:
 - The cell id is the key, not the position or the tag: students insert, delete and move
@@ -86,16 +88,25 @@ def _status(cell: Any | None, restored: GraderCell | ReadonlyCell) -> RestoreNot
     return RestoreNote(restored.cell_id, "edited" if edited else "as released", older, readonly)
 
 
-def _source_cell(lab: SourceLab, restored: GraderCell | ReadonlyCell) -> Any:
-    """The source cell that replaces `restored` in the submission, guarded if a grader."""
+def _source_cell(lab: SourceLab, restored: GraderCell | ReadonlyCell, visible: bool) -> Any:
+    """The source cell that replaces `restored` in the submission: a grader's text as grading
+    runs it (guarded, scoped), or with `visible` as the release gave it."""
     cell = copy.deepcopy(lab.notebook.cells[restored.index])
-    if isinstance(restored, GraderCell):
+    if visible:  # as `release` writes it
+        cell.source = restored.visible
+        cell.metadata["checksum"] = restored.checksum
+        if isinstance(restored, ReadonlyCell):
+            cell.metadata.update(editable=False, deletable=False)
+    elif isinstance(restored, GraderCell):
         cell.source = restored.run_source
     return cell
 
 
-def restore_graders(submission_nb: Any, lab: SourceLab) -> tuple[Any, dict[str, RestoreNote]]:
-    """Return (notebook ready to execute, notes per restored cell id); the input is unchanged."""
+def restore_graders(
+    submission_nb: Any, lab: SourceLab, visible: bool = False
+) -> tuple[Any, dict[str, RestoreNote]]:
+    """Return (notebook ready to execute, notes per restored cell id); the input is unchanged.
+    With `visible`, the graders hold their visible text (see the module docstring)."""
     nb = copy.deepcopy(submission_nb)
     source_cells = lab.notebook.cells
     by_id = {c.cell_id: c for c in lab.restored}
@@ -110,7 +121,7 @@ def restore_graders(submission_nb: Any, lab: SourceLab) -> tuple[Any, dict[str, 
             if cell_id in notes:
                 continue  # a duplicate of a restored id: drop it
             notes[cell_id] = _status(cell, by_id[cell_id])
-            cell = _source_cell(lab, by_id[cell_id])
+            cell = _source_cell(lab, by_id[cell_id], visible)
         cells.append(cell)
     for restored in lab.restored:  # source order, so a re-inserted cell can anchor the next
         if restored.cell_id in notes:
@@ -122,7 +133,7 @@ def restore_graders(submission_nb: Any, lab: SourceLab) -> tuple[Any, dict[str, 
             if previous.get("id") in present:
                 position = present[previous.get("id")] + 1
                 break
-        cells.insert(position, _source_cell(lab, restored))
+        cells.insert(position, _source_cell(lab, restored, visible))
     _source_order(cells, [c.cell_id for c in lab.restored])
     clear_outputs(cells)
     nb.cells = cells

@@ -2,8 +2,9 @@
 
 Contract: `validate_labs(labs)` runs, for every lab that has grader cells, the instructor
 source, its released student version (as grading would run it: graders restored, hidden
-tests included) and one variant per ``wrong-answer`` cell (see `variants`), all under nbval
-in one batch, and returns a `ValidationReport` whose ``problems`` name the lab, exercise and
+tests included) and one variant per ``wrong-answer`` cell (see `variants`), all in one
+batch run as grading runs them (`execute`: nbval's ``--nbval-lax`` rule for a cell, each
+kernel driven by the grading process), and returns a `ValidationReport` whose ``problems`` name the lab, exercise and
 cell of: every grader that fails on the source or passes on the release, every wrong answer
 that passes all the graders of its exercise (with its ``why``), every exercise without a
 wrong answer, and every non-grader cell that errors on the source.
@@ -29,7 +30,7 @@ Design decisions:
 - Malformed markers (an unclosed span, a grader without points, a wrong answer that is not
   a raw cell, a ``forbid`` name that does not resolve) are errors of that lab; the other
   labs are still validated.
-- All notebooks run in one nbval batch (``config.jobs`` processes, see `execute`), each in a
+- All notebooks run in one batch (``config.jobs`` side by side, see `execute`), each in a
   folder of its own under a temporary folder, like a submission.
 """
 
