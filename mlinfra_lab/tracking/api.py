@@ -2,7 +2,7 @@
 
 Contract: code typed against `TrackingAPI` runs unchanged on a `TrackingStore` (in process,
 on a database URL) and on a `TrackingClient` (over HTTP, as a token's user); both satisfy
-it, and mypy checks that they do (the assignments at the end of this file). A run handle
+it, and mypy checks that they do (the assignments of `api_conformance`). A run handle
 from `start_run` satisfies `RunAPI` (`Run` in process, `RemoteRun` through the server).
 The methods, what each returns, and what it raises (every error is a `TrackingError`):
 
@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.cache import CacheStats
@@ -249,15 +249,3 @@ class TrackingAPI(Protocol):
     def count(self, table: str, user: str | None = None) -> int: ...
 
     def cache_stats(self) -> CacheStats | None: ...
-
-
-if TYPE_CHECKING:  # mypy checks here that both implementations satisfy the contract
-    from mlinfra_lab.tracking.run import Run
-    from mlinfra_lab.tracking.server.client import TrackingClient
-    from mlinfra_lab.tracking.server.remote_run import RemoteRun
-    from mlinfra_lab.tracking.store import TrackingStore
-
-    _store: type[TrackingAPI] = TrackingStore
-    _client: type[TrackingAPI] = TrackingClient
-    _run: type[RunAPI] = Run
-    _remote_run: type[RunAPI] = RemoteRun
