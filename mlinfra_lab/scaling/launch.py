@@ -16,6 +16,11 @@ Design decisions:
   well under a second instead of four torch imports. The ranks rendezvous through env://
   exactly as under torchrun (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), so the same
   worker runs under a cluster's launcher (`python -m mlinfra_lab.scaling.harness`).
+- The rendezvous store is the launcher's, as torchrun's agent holds it
+  (``TORCHELASTIC_USE_AGENT_STORE``): a `TCPStore` bound to port 0 before any rank starts,
+  so the port is ours from bind to the job's end. Picking a free port and letting rank 0
+  bind it later races every other process on the machine for it (gloo's own connections
+  included): under load rank 0 then dies in its rendezvous with the address in use.
 - Each rank writes a heartbeat (step, phase, time) into shared memory at every phase. A
   lost rank blocks the others inside their next collective, further along than itself, so
   "who stopped" is the least advanced rank (then the first to go silent); the process
@@ -34,7 +39,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import tempfile
 import time
 import traceback
@@ -83,10 +87,18 @@ class RankHungError(RankLostError):
         self.verdict = verdict
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _agent_store(world: int, timeout_s: float) -> Any:
+    """The job's rendezvous store, held by the launcher on a port the system chose."""
+    from torch.distributed import TCPStore
+
+    return TCPStore(
+        "127.0.0.1",
+        0,
+        world,
+        is_master=True,
+        timeout=timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+    )
 
 
 _FORWARDED = ("NCCL_", "GLOO_", "TORCH_", "NVSHMEM_", "CUDA_VISIBLE_DEVICES")
@@ -115,6 +127,7 @@ def _child(
         del os.environ[key]
     os.environ.update(env)
     os.environ.update(
+        TORCHELASTIC_USE_AGENT_STORE="True",  # every rank a client of the launcher's store
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
         RANK=str(rank),
@@ -199,7 +212,8 @@ def _run_group(
         ["torch", "torch.distributed", "torch._dynamo", "mlinfra_lab.scaling.harness"]
     )
     beats = ctx.Array("d", [-1.0, 0.0, 0.0] * nproc, lock=False)
-    port = _free_port()
+    store = _agent_store(nproc, 2 * timeout_s + 30)
+    port = store.port
     with tempfile.TemporaryDirectory(prefix="mlinfra-scaling-") as outdir:
         stack_dir = os.path.join(outdir, "stacks") if payload.get("stack_dump_s") else None
         env = _forwarded_env()
