@@ -7,8 +7,9 @@ import and read only what that install brought. This test replays it in a fresh 
 environment outside the checkout:
 
 1. build the wheel from a copy of the package sources (nothing is written in the checkout);
-2. create a virtual environment in tmp_path and install torch (``TORCH_CPU_PIN``, by default
-   the CPU build on this machine's disk) with ipykernel and nbclient, as Colab has them;
+2. create a virtual environment in tmp_path that sees torch (``TORCH_CPU_PIN``, by default
+   the CPU build on this machine's disk; installed once for both venvs, `torch_site`), and
+   install ipykernel and nbclient, as Colab has them;
 3. ``pip install "<wheel>[course]"``: the course's other dependencies come from the index;
 4. copy one chapter and one lab into a temporary folder and execute them there with nbclient
    in that environment, then check that the kernel imported ``mlinfra_lab`` from the venv.
@@ -172,6 +173,29 @@ def _setup_cells():
 
 
 @pytest.fixture(scope="module")
+def torch_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``TORCH`` installed once (``pip --target``) for both venvs: Colab's preinstalled torch.
+
+    Each venv reads it through a ``.pth`` file (`_venv_with_torch`), so pip there sees torch
+    and its dependencies as installed, as on Colab, and the gigabyte is unpacked once, not
+    once per venv (minutes on a 2-core machine)."""
+    site = tmp_path_factory.mktemp("torch-site")
+    env = _clean_env(site / "no-venv")
+    _run(
+        [sys.executable, "-m", "pip", "install", "-q", "--target", str(site), TORCH], site, env, 900
+    )
+    return site
+
+
+def _venv_with_torch(venv: Path, torch_site: Path, env: dict[str, str]) -> str:
+    """A fresh venv at `venv` that sees `torch_site`; returns its python."""
+    _run([sys.executable, "-m", "venv", str(venv)], venv.parent, env, 300)
+    (site_packages,) = (venv / "lib").glob("python*/site-packages")
+    (site_packages / "preinstalled-torch.pth").write_text(f"{torch_site}\n")
+    return str(venv / "bin" / "python")
+
+
+@pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel built from a copy of the sources (nothing is written in the checkout)."""
     tmp = tmp_path_factory.mktemp("wheel")
@@ -233,13 +257,12 @@ def test_wheel_registers_no_pytest_plugin(wheel: Path) -> None:
 @pytest.mark.install
 @pytest.mark.timeout(900)
 def test_wheel_without_extras_imports_and_sends_instructors_to_the_grading_extra(
-    wheel: Path, tmp_path: Path
+    wheel: Path, torch_site: Path, tmp_path: Path
 ) -> None:
     venv = tmp_path / "venv"
     env = _clean_env(venv)
-    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env, 300)
-    python, cli = str(venv / "bin" / "python"), str(venv / "bin" / "mlinfra-lab")
-    _run([python, "-m", "pip", "install", "-q", TORCH], tmp_path, env, 900)
+    python = _venv_with_torch(venv, torch_site, env)
+    cli = str(venv / "bin" / "mlinfra-lab")
     _run([python, "-m", "pip", "install", "-q", str(wheel)], tmp_path, env, 900)
 
     probe = (
@@ -272,14 +295,13 @@ def test_wheel_without_extras_imports_and_sends_instructors_to_the_grading_extra
 @pytest.mark.install
 @pytest.mark.timeout(1500)
 def test_wheel_with_course_extra_runs_a_chapter_and_a_lab_outside_the_checkout(
-    wheel: Path, tmp_path: Path
+    wheel: Path, torch_site: Path, tmp_path: Path
 ) -> None:
     venv, work = tmp_path / "venv", tmp_path / "work"
     work.mkdir()
     env = _clean_env(venv)
-    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env, 300)
-    python = str(venv / "bin" / "python")
-    _run([python, "-m", "pip", "install", "-q", TORCH, "ipykernel", "nbclient"], tmp_path, env, 900)
+    python = _venv_with_torch(venv, torch_site, env)
+    _run([python, "-m", "pip", "install", "-q", "ipykernel", "nbclient"], tmp_path, env, 900)
     _run([python, "-m", "pip", "install", "-q", f"{wheel}[course]"], tmp_path, env, 900)
 
     for name in NOTEBOOKS:
