@@ -9,7 +9,8 @@
 #   bash benchmarks/experiments/device_session.sh taught        # chapter 1's alignment, swizzle and
 #                                                               # taught-kernel (v1, split) sweep
 #   bash benchmarks/experiments/device_session.sh record        # the notebooks under nbval only
-#                                                               # (no device unit tests: a short call)
+#                                                               # (no device unit tests: a short call;
+#                                                               # RECORD_PATHS="book/02_... labs/02_..." narrows it)
 # The device has PyTorch and Triton but no Jupyter: call 3 carries py3.12 wheels in .whl/
 # (device README) and installs only those whose distribution is missing there (wheels()).
 # Every step runs under its own `timeout`, so one hang costs that step, not the call; every
@@ -112,7 +113,7 @@ record)
     machine
     export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$(pwd)"
     step "${RECORD_LIMIT:-300}" notebook-record python3 -m mlinfra_lab.ci.notebook_record \
-        --cell-timeout 60 --jobs "${GPU_JOBS:-4}" --out "$OUT/notebooks.json" book labs
+        --cell-timeout 60 --jobs "${GPU_JOBS:-4}" --out "$OUT/notebooks.json" ${RECORD_PATHS:-book labs}
     ;;
 notebooks)
     wheels
