@@ -3,7 +3,8 @@
 Contract: code typed against `TrackingAPI` runs unchanged on a `TrackingStore` (in process,
 on a database URL) and on a `TrackingClient` (over HTTP, as a token's user); both satisfy
 it, and mypy checks that they do (the assignments of `api_conformance`). A run handle
-from `start_run` satisfies `RunAPI` (`Run` in process, `RemoteRun` through the server).
+from `start_run` is a `RunAPI`, the abstract `handle.RunHandle` (`Run` in process,
+`RemoteRun` through the server).
 The methods, what each returns, and what it raises (every error is a `TrackingError`):
 
 - projects, teams, grants: `create_project` (the project's id; idempotent), `add_to_team`,
@@ -55,12 +56,12 @@ Design decisions:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
-from typing import Any, BinaryIO, Protocol, runtime_checkable
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.cache import CacheStats
+from mlinfra_lab.tracking.handle import RunHandle
 from mlinfra_lab.tracking.lineage import LineageGraph
 from mlinfra_lab.tracking.records import ArtifactInfo, DatasetRef, GcReport, RunInfo
 from mlinfra_lab.tracking.retention import RetentionPlan, RetentionPolicy
@@ -76,52 +77,10 @@ class HasNode(Protocol):
     def node(self) -> str: ...
 
 
-@runtime_checkable
-class RunAPI(Protocol):
-    """A run handle: metrics buffered and written in batches, params, tags, artifacts, end.
-
-    Used as a context manager it ends the run when the block ends, FAILED if it raised.
-    `log_metrics` raises `InvalidInput` for a point no backend can store (nothing of the
-    call is buffered); every method but `end` raises `TrackingError` once the run ended.
-    """
-
-    id: int
-    project: str
-    name: str
-    user: str
-    batch_size: int
-    ended: bool
-    flushes: int  # batches written
-
-    @property
-    def node(self) -> str: ...
-
-    def __enter__(self) -> RunAPI: ...
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
-
-    def log_metric(self, key: str, value: float, step: int | None = None) -> None: ...
-
-    def log_metrics(self, values: dict[str, float], step: int | None = None) -> None: ...
-
-    def flush(self) -> int:
-        """Write the buffered points; how many were written."""
-        ...
-
-    def log_params(self, params: dict[str, Any]) -> None: ...
-
-    def set_tags(self, tags: dict[str, Any]) -> None: ...
-
-    def log_artifact(
-        self,
-        source: bytes | str | os.PathLike | BinaryIO,
-        name: str,
-        kind: str = "other",
-        step: int | None = None,
-        pinned: bool = False,
-    ) -> ArtifactInfo: ...
-
-    def end(self, status: str = "FINISHED") -> None: ...
+# A run handle's contract is `handle.RunHandle`, the abstract base both handles subclass
+# (metrics buffered and written in batches, params, tags, artifacts, end; a context manager
+# that ends the run, FAILED if the block raised); `RunAPI` is its name in this contract.
+RunAPI = RunHandle
 
 
 @runtime_checkable

@@ -10,8 +10,10 @@ Design decisions:
   (what a batch is, where it goes, how the buffer is emptied) each keeps its own code, so a
   reader of either file sees its whole write path.
 - Subclasses provide `log_metrics`, `flush`, `log_params`, `set_tags`, `log_artifact` and
-  `end`; the base declares them, so that the shared methods type-check, a third handle
-  cannot forget one, and every handle is an `api.RunAPI` (mypy checks both).
+  `end`; the base declares them, so that the shared methods type-check and a third handle
+  cannot forget one. This class is the run handle's written contract (`api.RunAPI`):
+  `log_metrics` raises `InvalidInput` for a point no backend can store (nothing of the
+  call is buffered), and every method but `end` raises `TrackingError` once the run ended.
 """
 
 from __future__ import annotations
