@@ -1,8 +1,8 @@
 # mlinfra course: set-up and targets. `make book` and `make test` are all a newcomer needs.
 #
 #   make book     create .venv, install, execute every notebook, build _build/html
-#   make test     the whole suite: lint (ruff, mypy), unit tests, nbval on every notebook, lab validation,
-#                 the book build and the browser test (what CI runs, via .ci/run); starts a
+#   make test     the whole suite: lint (ruff, mypy), unit tests, lab validation, the book build
+#                 (which executes every chapter: a cell that raises fails it) and the browser test (what CI runs, via .ci/run); starts a
 #                 throwaway PostgreSQL server for the tracking tests where one is installed.
 #                 It first checks the system packages it needs (make check-system):
 #                 apt-get install bubblewrap chromium postgresql
@@ -96,9 +96,12 @@ unit-waiting: setup
 unit-quick: setup
 	$(PYTEST) -m "not ($(WAITING)) and not notebooks and not browser" --durations=8 tests
 
-# The chapters under nbval. The instructor labs run in `validate` (their source, their release
-# and every wrong answer, as `grade` runs them); book/labs/ is not run (stubs raise by design).
-# NOTEBOOKS= narrows it (.ci/fresh-venv.sh runs chapter 5 alone in a fresh environment).
+# The chapters under nbval. Not a stage of `make test`: its book stage executes every chapter
+# under the same rule (`allow_errors: false` with `-W`: a cell that raises fails the build),
+# and running them twice cost CI three minutes. The instructor labs run in `validate` (their
+# source, their release and every wrong answer, as `grade` runs them); book/labs/ is not run
+# (stubs raise by design). NOTEBOOKS= narrows it (.ci/fresh-venv.sh runs chapter 5 alone in a
+# fresh environment; `make test-gpu` runs every notebook under nbval at GPU sizes).
 NOTEBOOKS ?= book
 notebooks: setup
 	$(PYTEST) --nbval-lax --nbval-cell-timeout=900 --ignore=book/labs $(NOTEBOOKS)
@@ -145,7 +148,7 @@ check-system:
 # The quick checks first, then three lanes at once (.ci/lanes.sh), each a list of stages run
 # one after another; the first lane prints as it goes, the others when every lane has ended,
 # with each stage's wall time. LANES=1 runs them all one after another.
-TEST_LANES := "unit-quick book browser" "unit-waiting notebooks" "validate"
+TEST_LANES := "unit-quick book browser" "unit-waiting" "validate"
 test-stages: lint check-lock
 	@MAKE="$(MAKE)" bash .ci/lanes.sh $(TEST_LANES)
 

@@ -3,7 +3,7 @@
 # of make targets run one after another (a lane stops at its first failing stage). The first
 # lane prints to this terminal; the others write to log files printed whole when every lane
 # has ended. Every stage's wall time is printed, and a summary line per lane at the end.
-#   bash .ci/lanes.sh "unit-quick" "unit-waiting notebooks" "validate book browser"
+#   bash .ci/lanes.sh "unit-quick book browser" "unit-waiting" "validate"
 # (make test-stages passes TEST_LANES, after lint and check-lock).
 # Why lanes: most stages keep a 2-core machine far from busy (the unit tests wait on pip, on
 # sandboxed kernels starting, on timeouts and on subprocesses; the grading tests are mostly

@@ -3,8 +3,9 @@
 A stand-in for make (a shell script given as MAKE) prints the target it was asked for and
 fails where FAIL names it, so each test can make one lane fail and read what the script
 said. The Makefile's own lanes are checked too: every stage `make test` must run (the unit
-tests in their two halves, the chapters, the labs' validation, the book and the browser) is
-in exactly one lane, and the browser stage comes after the book it opens.
+tests in their two halves, the labs' validation, the book and the browser) is in exactly one
+lane, and the browser stage comes after the book it opens. The chapters have no stage of
+their own: the book stage executes them, so its configuration must fail on a cell that raises.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.ci
 ROOT = Path(__file__).resolve().parents[1]
 LANES = ROOT / ".ci" / "lanes.sh"
 SPEC = ["unit-quick book", "unit-waiting notebooks", "validate"]
-STAGES = {"unit-quick", "unit-waiting", "notebooks", "validate", "book", "browser"}
+STAGES = {"unit-quick", "unit-waiting", "validate", "book", "browser"}
 FAKE_MAKE = """#!/bin/sh
 targets=""
 for arg in "$@"; do case "$arg" in -*) ;; *) targets="$targets $arg" ;; esac; done
@@ -101,3 +102,39 @@ def test_the_two_unit_halves_are_the_whole_unit_stage():
     assert '-m "not notebooks and not browser"' in unit
     assert '-m "($(WAITING)) and not notebooks and not browser"' in text
     assert '-m "not ($(WAITING)) and not notebooks and not browser"' in text
+
+
+def test_the_book_stage_fails_on_a_chapter_cell_that_raises(tmp_path):
+    """What stands in for nbval on the chapters in `make test`: a one-page book with the
+    repository's `execute` settings and the Makefile's build flags, whose one notebook raises
+    in its second cell, fails to build and names the notebook."""
+    import sys
+
+    import nbformat
+    import yaml
+
+    text = (ROOT / "Makefile").read_text()
+    recipe = text.split("\nbook: ", 1)[1].split("\n", 2)[1]
+    flags = recipe.split("jupyter-book build . ", 1)[1].split()
+    assert "-W" in flags, recipe
+    execute = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
+    (tmp_path / "_config.yml").write_text(yaml.safe_dump({"title": "t", "execute": execute}))
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: index\nchapters:\n- file: ch\n")
+    (tmp_path / "index.md").write_text("# A book\n")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# A chapter"),
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell("raise ValueError('a chapter cell raised')"),
+    ]
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(tmp_path / "ch.ipynb"))
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    done = subprocess.run(
+        [str(jupyter_book), "build", str(tmp_path), *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert "ch.ipynb: WARNING: Executing notebook failed" in done.stdout + done.stderr

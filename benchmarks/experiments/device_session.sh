@@ -11,6 +11,8 @@
 #   bash benchmarks/experiments/device_session.sh record        # the notebooks under nbval only
 #                                                               # (no device unit tests: a short call;
 #                                                               # RECORD_PATHS="book/02_... labs/02_..." narrows it)
+#   bash benchmarks/experiments/device_session.sh ci            # chapter 3's `bench ci` with its CUDA
+#                                                               # section (what deterministic() costs there)
 # The device has PyTorch and Triton but no Jupyter: call 3 carries py3.12 wheels in .whl/
 # (device README) and installs only those whose distribution is missing there (wheels()).
 # Every step runs under its own `timeout`, so one hang costs that step, not the call; every
@@ -141,8 +143,13 @@ notebooks)
             >>"$OUT/steps.txt"
     fi
     ;;
+ci)
+    machine
+    step "${CI_LIMIT:-150}" bench-ci python3 -m mlinfra_lab.cli bench ci --repeats 3 \
+        --rounds "${CI_ROUNDS:-8}" --out "$OUT/ci.json"
+    ;;
 *)
-    echo "usage: $0 experiments|round4|sweep|taught|record|notebooks" >&2
+    echo "usage: $0 experiments|round4|sweep|taught|record|notebooks|ci" >&2
     exit 2
     ;;
 esac
