@@ -15,6 +15,11 @@ Design decisions:
   kernels of chapter 1 and lab 1 cannot run, not even interpreted, and `describe()` says so.
 - Nothing happens at import time: `torch` is imported inside the functions that need it,
   so `mlinfra-lab --help` and the grading tools start quickly.
+- `describe()` does not import torch (about 2 s) where no GPU can be present: on Linux,
+  when torch is not imported yet and no GPU device file exists (NVIDIA's ``/dev/nvidia*``,
+  ROCm's ``/dev/kfd``, WSL2's ``/dev/dxg``), CUDA cannot be available, and torch's version
+  is read from its installed metadata. Every notebook's set-up cell calls it, so a lab that
+  never uses torch (lab 0) starts without it, and so does each of its graded submissions.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 import platform
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from mlinfra_lab.errors import MlinfraError
@@ -195,19 +201,46 @@ def _triton_version() -> str | None:
         return None
 
 
+def _no_gpu_device_file() -> bool:
+    """True on Linux when no GPU device file exists, so torch cannot see a GPU (see the
+    module docstring); False elsewhere, where only torch can tell."""
+    if not sys.platform.startswith("linux"):
+        return False
+    dev = Path("/dev")
+    return not (any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists() or (dev / "dxg").exists())
+
+
+def _cpu_info(torch_version: str) -> RuntimeInfo:
+    return RuntimeInfo(
+        device="cpu",
+        device_name=platform.processor() or platform.machine(),
+        capability=None,
+        torch=torch_version,
+        triton=_triton_version(),
+        triton_interpreter=triton_interpreted(),
+        python=platform.python_version(),
+        cpu_count=os.cpu_count() or 1,
+    )
+
+
 def describe() -> RuntimeInfo:
     """Describe the runtime: device, torch/triton versions, CUDA capability, interpreter."""
+    if "torch" not in sys.modules and _no_gpu_device_file():
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return _cpu_info(version("torch"))
+        except PackageNotFoundError:
+            pass  # torch importable without metadata (a source build on the path): ask it
     import torch
 
-    if torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability()
-        name, capability, dev = torch.cuda.get_device_name(), f"{major}.{minor}", "cuda"
-    else:
-        name, capability, dev = platform.processor() or platform.machine(), None, "cpu"
+    if not torch.cuda.is_available():
+        return _cpu_info(torch.__version__)
+    major, minor = torch.cuda.get_device_capability()
     return RuntimeInfo(
-        device=dev,
-        device_name=name,
-        capability=capability,
+        device="cuda",
+        device_name=torch.cuda.get_device_name(),
+        capability=f"{major}.{minor}",
         torch=torch.__version__,
         triton=_triton_version(),
         triton_interpreter=triton_interpreted(),

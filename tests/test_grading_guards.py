@@ -20,6 +20,7 @@ import copy
 import csv
 import io
 import json
+import subprocess
 import sys
 import textwrap
 import threading
@@ -245,6 +246,48 @@ def test_forbidden_calls_fail_through_aliases_threads_and_a_swallowed_error():
     with forbid_calls(FORBID, exercise="ok"):  # other code, even the same module, runs
         assert course.has_markers("x = 1") is False
     assert sys.getprofile() is None
+
+
+LAZY_GUARD = """
+import json, sys
+from mlinfra_lab.grading.errors import ForbiddenCallError
+from mlinfra_lab.grading.forbid import forbid_calls
+NAME = "mlinfra_lab.attention.reference.online_softmax"
+caught = []
+
+def student(how):
+    import importlib
+    module = importlib.import_module("mlinfra_lab.attention.reference")
+    fn = module.online_softmax
+    if how == "copy":  # a fresh function object over a renamed code: a copy
+        import types
+        code = fn.__code__.replace(co_name="mine")
+        fn = types.FunctionType(code, fn.__globals__, "mine", fn.__defaults__)
+    return fn([1.0, 2.0, 3.0], 2)
+
+guard = forbid_calls([NAME], exercise="lazy")  # a fresh process: as a fresh kernel
+imported_by_guard = "torch" in sys.modules or "mlinfra_lab.attention" in sys.modules
+try:
+    with guard:
+        student(sys.argv[1])
+except ForbiddenCallError as err:
+    caught.append(str(err))
+print(json.dumps([imported_by_guard, caught]))
+"""
+
+
+def test_a_module_the_kernel_never_imported_is_watched_from_its_source():
+    """The guard does not import an entry's module (torch, Triton: seconds per notebook);
+    a student function that imports it inside the grader, or calls a copy of its code, is
+    still refused."""
+    for how in ("import", "copy"):
+        done = subprocess.run(
+            [sys.executable, "-c", LAZY_GUARD, how], capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        imported_by_guard, caught = json.loads(done.stdout.splitlines()[-1])
+        assert imported_by_guard is (sys.version_info < (3, 11)), how  # see source_codes
+        assert len(caught) == 1 and "called mlinfra_lab.attention.reference" in caught[0], how
 
 
 def test_a_class_forbids_the_functions_of_its_body():

@@ -42,6 +42,14 @@ Design decisions:
   violation (the student's code called ``sys.setprofile``), the block raises
   `CallGuardError` instead of reporting a pass it cannot vouch for.
 - Imported inside every graded kernel: standard library only, no work at import time.
+- A name whose module the kernel has not imported is not imported for the guard (the
+  course's kernels import torch and Triton: seconds per graded notebook). Its code is
+  compiled from the module's source file instead, without running it (`_compiled_codes`),
+  and watched by content only: the student's code can reach it only by importing the
+  module inside the block, whose code objects the hook then meets for the first time and
+  compares by `code_key` with the compiled ones, as it does for copies. A name the source
+  does not define with ``def`` (a class, whose decorators may add functions; a re-export;
+  an assignment) is imported.
 
 Caveats:
 - Threads already running when the block starts are not watched (Python 3.11 cannot set a
@@ -63,6 +71,7 @@ import threading
 import tokenize
 import types
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from .errors import CallGuardError, ForbiddenCallError, MarkerError
@@ -74,6 +83,7 @@ __all__ = [
     "forbid_calls",
     "forbidden_codes",
     "guard_source",
+    "source_codes",
 ]
 
 PACKAGE_PREFIX = "mlinfra_lab."
@@ -184,6 +194,57 @@ def forbidden_codes(name: str) -> tuple[types.CodeType, ...]:
     return tuple(fn.__code__ for _, fn in _forbidden_functions(name))
 
 
+_CO_OPTIMIZED = 0x0001  # inspect.CO_OPTIMIZED: set on function bodies, not on class bodies
+
+
+def _module_file(name: str) -> tuple[str, Path, str] | None:
+    """(module, source file, qualified name) for a dotted `name` under this package's folder,
+    found on disk without importing anything; None where no such file holds it."""
+    root = Path(__file__).resolve().parents[1]  # the mlinfra_lab folder
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 1, -1):  # the longest module path first
+        folder = root.joinpath(*parts[1:cut])
+        for path in (folder.with_suffix(".py"), folder / "__init__.py"):
+            if path.is_file():
+                return ".".join(parts[:cut]), path, ".".join(parts[cut:])
+    return None
+
+
+def _compiled_codes(name: str) -> list[tuple[str, types.CodeType]] | None:
+    """`source_codes(name)` where the kernel has not imported `name`'s module; None where it
+    has (its objects are watched instead)."""
+    found = _module_file(name)
+    if found is None or found[0] in sys.modules:
+        return None
+    return source_codes(name)
+
+
+def source_codes(name: str) -> list[tuple[str, types.CodeType]] | None:
+    """(label, code) pairs `name` stands for, compiled from its module's source file without
+    running it (see the module docstring); None where the source does not define `name` with
+    ``def``."""
+    found = _module_file(name)
+    if found is None or sys.version_info < (3, 11):  # code objects name their qualname
+        return None  # from Python 3.11 on (co_qualname): before, the guard imports
+    _, path, qualname = found
+    try:
+        tree = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    codes, stack = [], [tree]
+    while stack:
+        code = stack.pop()
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        if getattr(code, "co_qualname", None) == qualname:
+            codes.append(code)
+    if len(codes) != 1:
+        return None
+    (code,) = codes
+    if not code.co_flags & _CO_OPTIMIZED:  # a class body: its decorators may add functions
+        return None  # (a dataclass's __init__), which only the class object has
+    return [(name, code)]
+
+
 class CallGuard:
     """The context manager `forbid_calls` returns (see the module docstring)."""
 
@@ -193,13 +254,20 @@ class CallGuard:
         self.exercise = exercise
         self.names = tuple(names)
         self._forbidden: dict[int, tuple[str, types.CodeType]] = {}  # holds the codes
+        compiled: list[tuple[str, types.CodeType]] = []  # of modules not imported: by content
         for name in self.names:
+            from_source = _compiled_codes(name)
+            if from_source is not None:
+                compiled += from_source
+                continue
             for label, fn in _forbidden_functions(name):
                 self._forbidden.setdefault(id(fn.__code__), (label, fn.__code__))
         self._by_id: dict[int, tuple[str, types.CodeType]] = {}  # what the hook watches now
+        self._armed: list[bool] = [False]  # True inside the block
         # copies: the same bytecode and constants in another code object (`code_key`)
-        self._by_key = {code_key(code): label for label, code in self._forbidden.values()}
-        self._shapes = {_shape(code) for _, code in self._forbidden.values()}
+        known = [*self._forbidden.values(), *compiled]
+        self._by_key = {code_key(code): label for label, code in known}
+        self._shapes = {_shape(code) for _, code in known}
         self._seen: dict[int, types.CodeType] = {}  # other codes met, kept alive (no id reuse)
         self.violations: list[str] = []  # messages, in the order the calls happened
         self._hook = self._make_hook()
@@ -207,10 +275,10 @@ class CallGuard:
 
     def _make_hook(self) -> Any:
         by_id, violations, message = self._by_id, self.violations, self.message
-        by_key, seen, shapes = self._by_key, self._seen, self._shapes
+        by_key, seen, shapes, armed = self._by_key, self._seen, self._shapes, self._armed
 
         def hook(frame: types.FrameType, event: str, arg: Any) -> None:
-            if event != "call" or not by_id:
+            if event != "call" or not armed[0]:
                 return
             code = frame.f_code
             if id(code) in by_id:
@@ -237,6 +305,7 @@ class CallGuard:
 
     def __enter__(self) -> CallGuard:
         self._by_id.update(self._forbidden)
+        self._armed[0] = True
         self._previous = (sys.getprofile(), threading.getprofile())
         threading.setprofile(self._hook)
         sys.setprofile(self._hook)
@@ -245,6 +314,7 @@ class CallGuard:
         ):
             self._restore()
             self._by_id.clear()
+            self._armed[0] = False
             raise CallGuardError(
                 f"exercise {self.exercise}: the grader's call guard cannot "
                 "be installed (sys.setprofile or sys.getprofile was "
@@ -262,6 +332,7 @@ class CallGuard:
         intact = sys.getprofile() is self._hook
         self._restore()
         self._by_id.clear()  # threads started in the block keep the hook: make it inert
+        self._armed[0] = False
         if exc is not None and not isinstance(exc, Exception):
             return False  # KeyboardInterrupt (a timeout), SystemExit: let it through
         if self.violations:
