@@ -11,8 +11,8 @@
 #   make test-gpu on a CUDA GPU: the device unit tests, then every chapter and lab under nbval
 #                 at GPU sizes, recorded in benchmarks/results/GPU-notebooks-DATE.json
 #   make lab      JupyterLab on the repository
-#   make lock     regenerate requirements.lock from the current CPU environment (on Linux:
-#                 its lines keep requirements.txt's markers, so one lock serves every platform)
+#   make lock     regenerate requirements.lock: requirements.txt resolved for every platform,
+#                 with hashes (uv; the previous lock's versions kept where they still fit)
 #   make bench-attention | bench-scaling | bench-ci | bench-tracking | bench-staleness
 #                 benchmarks, each written to benchmarks/results/DEVICE-TOPIC-YYYY-MM-DD.json
 
@@ -45,11 +45,12 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 ifeq ($(HAS_GPU),)
 	$(BIN)/python -m pip install -q "$(TORCH_CPU_PIN)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	# The CPU environment is pinned (requirements.lock, `make lock`): CI gets exactly it. Its
-	# torch==X is the build just installed; its triton line applies on Linux only, and yields
-	# to the triton a CUDA build of torch pins itself (PyPI's, with TORCH_INDEX=).
+	# The CPU environment is locked with hashes (requirements.lock, `make lock`): CI gets exactly
+	# it, and pip refuses any file whose sha256 the lock does not list. Its torch==X line (no
+	# hash) is the build just installed, and goes; its triton entry applies on Linux only, and
+	# yields to the triton a CUDA build of torch pins itself (PyPI's, with TORCH_INDEX=).
 	$(BIN)/python .ci/lock_for_torch.py requirements.lock > $(VENV)/requirements.lock
-	$(BIN)/python -m pip install -q -r $(VENV)/requirements.lock
+	$(BIN)/python -m pip install -q --require-hashes -r $(VENV)/requirements.lock
 endif
 	$(BIN)/python -m pip install -q -r requirements.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
@@ -182,8 +183,13 @@ print-torch-cpu-index:
 lab: setup
 	$(BIN)/jupyter lab
 
+# The resolver is uv (`uv pip compile --universal --generate-hashes`, pinned by the lock
+# itself): one file for every platform, with markers and every wheel's hash, that pip installs
+# (mlinfra_lab/ci/lock_compile.py says why not pip-tools or `pip lock`). It reads pypi.org.
+# LOCK_PYTHON: the oldest Python the lock serves. UPGRADE=1 lets every version move.
+LOCK_PYTHON ?= 3.11
 lock: setup
-	$(BIN)/mlinfra-lab ci lock requirements.lock
+	$(BIN)/mlinfra-lab ci lock requirements.lock --python-version $(LOCK_PYTHON) $(if $(UPGRADE),--upgrade)
 
 clean:
 	rm -rf _build .pytest_cache

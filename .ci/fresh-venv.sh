@@ -15,10 +15,12 @@
 #   3 GB), which imports and runs on a machine without a GPU. Installing PyPI's torch with
 #   --no-deps to save the download would not be the student's environment (it does not
 #   import without them: "libcudnn.so.9: cannot open shared object file"), so it is not done.
-# - The lock is then checked in the fresh environment (`check_lockfile`): its torch==X
-#   matches the CPU build and PyPI's. PyPI's CUDA build pins its own triton (torch 2.13.0:
-#   3.7.1, the lock's CPU environment has 3.9.0): `make setup` lets that pin win
-#   (.ci/lock_for_torch.py), and this check accepts that difference only on the fallback.
+# - `make setup` installs the lock with `pip install --require-hashes` (every file checked
+#   against the sha256 the lock lists, from public PyPI here), then it is checked in the
+#   fresh environment (`check_lockfile`): its torch==X matches the CPU build and PyPI's.
+#   PyPI's CUDA build pins its own triton (torch 2.13.0: 3.7.1, the lock's CPU environment
+#   has 3.9.0): `make setup` drops the lock's triton entry, hashes and all, and lets that pin
+#   win (.ci/lock_for_torch.py); this check accepts that difference only on the fallback.
 # - Kept from the caller's environment: the TLS trust settings (REQUESTS_CA_BUNDLE,
 #   SSL_CERT_FILE: a CI network's proxy CA), which say whom to trust, not where packages are.
 # - The log ends with the seconds each step took, the bytes this machine received meanwhile

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.markers import Marker
+from packaging.requirements import Requirement
 
 from mlinfra_lab.ci import LockfileError, check_lockfile, parse_lockfile
 from mlinfra_lab.ci.lockfile import read_pins, requirement_markers, write_lockfile
@@ -86,15 +88,56 @@ def test_a_bad_marker_names_file_and_line(tmp_path: Path) -> None:
         read_pins(lock)
 
 
-def test_the_committed_lock_carries_requirements_markers_and_no_build_labels() -> None:
-    pins = {p.name: p for p in read_pins(ROOT / "requirements.lock")}
-    markers = requirement_markers(ROOT / "requirements.txt")
-    assert "triton" in markers, "requirements.txt asks for triton on Linux only"
-    for name, marker in markers.items():
-        if name in pins:
-            assert pins[name].marker == marker, f"requirements.lock's {name}: run `make lock`"
-    assert not [p for p in pins.values() if "+" in p.version], "requirements.lock pins a build"
-    assert "torch" in pins and pins["torch"].marker is None
+# Marker environments of the platforms the lock serves, and of one it does not promise.
+PLATFORMS = {
+    "Linux x86_64": {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+                     "platform_machine": "x86_64"},
+    "Linux aarch64": {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+                      "platform_machine": "aarch64"},
+    "macOS arm64": {"sys_platform": "darwin", "platform_system": "Darwin", "os_name": "posix",
+                    "platform_machine": "arm64"},
+    "macOS x86_64": {"sys_platform": "darwin", "platform_system": "Darwin", "os_name": "posix",
+                     "platform_machine": "x86_64"},
+}  # fmt: skip
+
+
+def _pins_on(pins, environment: dict[str, str]) -> dict[str, str]:
+    """{name: version} of the pins whose marker holds in `environment`; a name at most once."""
+    chosen: dict[str, str] = {}
+    for pin in pins:
+        if pin.marker is None or Marker(pin.marker).evaluate(environment):
+            assert pin.name not in chosen, f"{pin.name} pinned twice for {environment}"
+            chosen[pin.name] = pin.version
+    return chosen
+
+
+def test_the_committed_lock_is_hashed_and_serves_linux_and_macos() -> None:
+    pins = read_pins(ROOT / "requirements.lock")
+    unhashed = [p.name for p in pins if not p.hashes]
+    assert unhashed == ["torch"], f"only torch (installed by its own step) lacks hashes: {unhashed}"
+    assert all(h.startswith("sha256:") for p in pins for h in p.hashes)
+    assert not [p for p in pins if "+" in p.version], "requirements.lock pins a build"
+    wanted = {
+        name: marker for name, marker in requirement_markers(ROOT / "requirements.txt").items()
+    }
+    asked = {
+        Requirement(line.split(" #")[0]).name.lower()
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for python in ("3.11.7", "3.12.3"):
+        for system, environment in PLATFORMS.items():
+            env = {**environment, "python_version": python[:4], "python_full_version": python}
+            here = _pins_on(pins, env)
+            assert here["torch"] == _pins_on(pins, PLATFORMS["Linux x86_64"])["torch"]
+            missing = sorted(
+                name
+                for name in asked
+                if name not in here and (name not in wanted or Marker(wanted[name]).evaluate(env))
+            )
+            assert not missing, f"requirements.lock has no pin of {missing} for {system}"
+            assert ("triton" in here) is system.startswith("Linux"), f"triton on {system}"
+            assert "appnope" in here or system.startswith("Linux"), "macOS's ipykernel needs it"
 
 
 def _lock_for_torch(lock: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
@@ -106,40 +149,80 @@ def _lock_for_torch(lock: Path, pythonpath: Path | None = None) -> subprocess.Co
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
+        check=False,
         env=env,
     )
 
 
-def test_lock_for_torch_passes_the_lock_through_for_the_cpu_build() -> None:
+def test_lock_for_torch_drops_only_torch_for_the_cpu_build(tmp_path: Path) -> None:
+    """The CPU build pins nothing: the lock goes through less torch's unhashed line, so
+    every entry pip reads carries hashes (--require-hashes refuses a line without)."""
     if [r for r in importlib.metadata.requires("torch") or [] if re.match(r"[\w.-]+\s*==", r)]:
         pytest.skip("this torch pins its own dependencies (a CUDA build): see the next test")
     out = _lock_for_torch(ROOT / "requirements.lock")
-    assert out.stdout == (ROOT / "requirements.lock").read_text() and not out.stderr
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    lines = (ROOT / "requirements.lock").read_text().splitlines()
+    assert out.stdout.splitlines() == [line for line in lines if not line.startswith("torch==")]
+    installed = tmp_path / "requirements.lock"
+    installed.write_text(out.stdout)
+    assert [p.name for p in read_pins(installed) if not p.hashes] == []
 
 
-def test_lock_for_torch_lets_a_cuda_builds_own_pins_win(tmp_path: Path) -> None:
-    """A torch whose metadata pins triton (as PyPI's CUDA build does) makes the lock's go."""
-    info = tmp_path / "site" / "torch-2.13.0.dist-info"
+def _fake_torch(tmp_path: Path, version: str = "2.13.0") -> Path:
+    """A torch distribution whose metadata pins triton, as PyPI's CUDA build does."""
+    info = tmp_path / "site" / f"torch-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0\n"
+        f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n"
         f"Requires-Dist: triton==3.7.1; {HERE}\n"
         f"Requires-Dist: nvidia-nccl-cu13==2.29.7; {ELSEWHERE}\n"
         'Requires-Dist: opt-einsum==3.3; extra == "opt-einsum"\n'
         "Requires-Dist: filelock\n"
     )
+    return tmp_path / "site"
+
+
+HASH_A, HASH_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+
+
+def test_lock_for_torch_lets_a_cuda_builds_own_pins_win(tmp_path: Path) -> None:
+    """A torch whose metadata pins triton makes the lock's triton entry go, hashes and all:
+    they are the digests of 3.9.0's files, and 3.7.1 (installed with torch) has none of them."""
     lock = tmp_path / "requirements.lock"
     lock.write_text(
-        "# header\ntorch==2.13.0\nfilelock==3.0\nnvidia-nccl-cu13==1.0\nopt-einsum==1.0\n"
-        f"triton==3.9.0 ; {HERE}\n"
+        "# header\ntorch==2.13.0\n"
+        f"filelock==3.0 \\\n    --hash={HASH_A}\n    # via torch (its CPU build)\n"
+        f"nvidia-nccl-cu13==1.0 --hash={HASH_A}\nopt-einsum==1.0 --hash={HASH_B}\n"
+        f"triton==3.9.0 ; {HERE} \\\n    --hash={HASH_A} \\\n    --hash={HASH_B}\n"
+        "    # via -r requirements.txt\n"
+        f"zipp==1.0 \\\n    --hash={HASH_B}\n"
     )
-    out = _lock_for_torch(lock, pythonpath=tmp_path / "site")
+    out = _lock_for_torch(lock, pythonpath=_fake_torch(tmp_path))
+    assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
         "# header",
-        "torch==2.13.0",
-        "filelock==3.0",
-        "nvidia-nccl-cu13==1.0",  # torch's pin applies on another platform only
-        "opt-einsum==1.0",  # an extra's pin: not installed with torch
+        "filelock==3.0 \\",
+        f"    --hash={HASH_A}",
+        "    # via torch (its CPU build)",
+        f"nvidia-nccl-cu13==1.0 --hash={HASH_A}",  # torch's pin applies elsewhere only
+        f"opt-einsum==1.0 --hash={HASH_B}",  # an extra's pin: not installed with torch
+        "zipp==1.0 \\",
+        f"    --hash={HASH_B}",
     ]
     assert "triton==3.9.0" in out.stderr and "own pin triton==3.7.1" in out.stderr
+    rewritten = tmp_path / "out.lock"
+    rewritten.write_text(out.stdout)
+    assert [p.name for p in read_pins(rewritten)] == [
+        "filelock",
+        "nvidia-nccl-cu13",
+        "opt-einsum",
+        "zipp",
+    ]
+
+
+def test_lock_for_torch_refuses_a_torch_the_lock_does_not_pin(tmp_path: Path) -> None:
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(f"torch==2.12.0\nfilelock==3.0 --hash={HASH_A}\n")
+    out = _lock_for_torch(lock, pythonpath=_fake_torch(tmp_path))
+    assert out.returncode == 1 and out.stdout == ""
+    assert "pins torch==2.12.0, but torch 2.13.0 is installed" in out.stderr

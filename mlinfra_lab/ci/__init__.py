@@ -5,7 +5,8 @@ The four CI tiers and the module that serves each:
 - fast unit tests, seeded: ``seeding`` (``seed_everything``, ``deterministic``), the units
   they test (``build_tiny_model``, ``regression_loss``, ``Augment``, ``make_dataset``), and the
   pytest plugin ``pytest_plugin`` (``@pytest.mark.quarantine``, ``--update-references``)
-- environment reproducibility: ``lockfile`` (``check_lockfile``, ``write_lockfile``)
+- environment reproducibility: ``lockfile`` (``check_lockfile``, ``write_lockfile``) and
+  ``lock_compile`` (``compile_lockfile``: the resolver's hashed lock, ``make lock``)
 - small integration training runs: ``train`` (``train_tiny``), ``references``
   (``assert_close_to_reference``, ``assert_decreasing``), ``spread`` (``measure_spread``,
   ``derive_band``: the band from the legitimate spread), ``checkpoint``
@@ -47,6 +48,7 @@ from mlinfra_lab.ci.flaky import (
 )
 from mlinfra_lab.ci.gpu_determinism import NoCudaDeviceError, measure_gpu_determinism_cost
 from mlinfra_lab.ci.jsonfile import JsonFileError
+from mlinfra_lab.ci.lock_compile import LockCompileError, compile_lockfile
 from mlinfra_lab.ci.lockfile import (
     LockfileError,
     LockReport,
@@ -154,10 +156,12 @@ __all__ = [
     "checkpoint_roundtrip",
     "validate_artifacts",
     # environment lock
+    "LockCompileError",
     "LockReport",
     "LockfileError",
     "Mismatch",
     "check_lockfile",
+    "compile_lockfile",
     "parse_lockfile",
     "write_lockfile",
     # flake hunting

@@ -66,10 +66,20 @@ def _check_lock(args: argparse.Namespace) -> int:
 
 
 def _lock(args: argparse.Namespace) -> int:
-    from mlinfra_lab.ci.lockfile import write_lockfile
+    if args.freeze:
+        from mlinfra_lab.ci.lockfile import write_lockfile
 
-    count = write_lockfile(args.lock)
-    print(f"{args.lock}: {count} packages pinned")
+        count = write_lockfile(args.lock)
+        print(f"{args.lock}: {count} installed packages pinned (a freeze, no hashes)")
+        return 0
+    from mlinfra_lab.ci.lock_compile import compile_lockfile
+
+    count = compile_lockfile(
+        args.lock,
+        python_version=args.python_version,
+        uv_args=["--upgrade"] if args.upgrade else [],
+    )
+    print(f"{args.lock}: {count} packages resolved, with hashes (Python {args.python_version}+)")
     return 0
 
 
@@ -252,9 +262,25 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.set_defaults(func=_check_lock)
 
     p = sub.add_parser(
-        "lock", help="write the installed packages as pinned name==version lines (make lock)"
+        "lock",
+        help="resolve requirements.txt into the hashed lock of the CPU environment (make lock)",
+        description="Resolve requirements.txt for every platform with uv (uv pip compile "
+        "--universal --generate-hashes), torch's installed CPU build standing in for torch; "
+        "the previous lock's versions are kept where the requirements allow.",
     )
     _add_lock_argument(p)
+    p.add_argument(
+        "--python-version",
+        default="3.11",
+        help="the oldest Python the lock serves (default 3.11)",
+    )
+    p.add_argument("--upgrade", action="store_true", help="let every version move (uv --upgrade)")
+    p.add_argument(
+        "--freeze",
+        action="store_true",
+        help="write the installed packages as name==version lines instead (no resolver, no "
+        "hashes: for a machine the lock does not cover, such as a GPU one)",
+    )
     p.set_defaults(func=_lock)
 
     p = sub.add_parser("validate", help="check a train run's artifacts against their JSON schemas")
