@@ -144,6 +144,7 @@ notebooks)
     fi
     ;;
 ci)
+    wheels
     machine
     step "${CI_LIMIT:-150}" bench-ci python3 -m mlinfra_lab.cli bench ci --repeats 3 \
         --rounds "${CI_ROUNDS:-8}" --out "$OUT/ci.json"

@@ -157,7 +157,10 @@ def _bench(args: argparse.Namespace) -> int:
         determinism_rounds=args.rounds,
     )
     seen: list[str] = []
-    with progress_bar(total=3, desc="bench ci", unit="tier") as bar:
+    import torch
+
+    tiers = 4 if torch.cuda.is_available() else 3  # the fourth: deterministic() on the GPU
+    with progress_bar(total=tiers, desc="bench ci", unit="tier") as bar:
 
         def progress(stage: str) -> None:  # called as each tier starts
             if seen:
@@ -173,8 +176,15 @@ def _bench(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     for key, value in result["results"].items():
-        if key != "determinism":
+        if isinstance(value, int | float):
             print(f"{key:32s} {value:10.2f}")
+    gpu = result["results"].get("gpu_determinism")
+    if gpu is not None:
+        print(
+            f"deterministic/default on {gpu['device']}: {gpu['ratio_deterministic']:.2f} per step; "
+            f"bit-identical reruns: default {gpu['default']['repeatable']}, "
+            f"deterministic {gpu['deterministic']['repeatable']}"
+        )
     det = result["results"]["determinism"]
     for threads, row in det["interleaved"].items():
         print(
