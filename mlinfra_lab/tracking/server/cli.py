@@ -188,7 +188,7 @@ def register(
     guard = serve.add_argument_group(
         "defences against slow and hostile clients",
         "for a server that faces its clients itself; behind a proxy that enforces its own "
-        "(book/tracking_deploy.md), set --max-connections-per-client 0: every connection "
+        "(book/appendix_tracking_deploy.md), set --max-connections-per-client 0: every connection "
         "then comes from the proxy's address",
     )
     guard.add_argument(

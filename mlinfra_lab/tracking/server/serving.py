@@ -14,7 +14,8 @@ Design decisions:
   uvicorn starts, so port 0 works and the URL is known before the first request; a
   caller that starts ``mlinfra-lab track serve --port 0`` reads the URL from that line.
 - The defences of `slow_clients` are always on, with defaults meant for a server that
-  faces its clients directly; behind a proxy they are a second line (``book/tracking_deploy.md``).
+  faces its clients directly; behind a proxy they are a second line
+  (``book/appendix_tracking_deploy.md``).
 - Loopback by default. The server speaks plain HTTP: bearer tokens cross the network in
   the clear, so anything beyond loopback belongs behind a TLS-terminating proxy (or use
   uvicorn's ``--ssl-*`` options directly with `create_app`); the chapter says so.

@@ -35,9 +35,9 @@ Design decisions:
   connections (at most `max_connections`), which costs less than keeping a second tally true.
 - Behind a reverse proxy every connection comes from the proxy's address: set
   `max_connections_per_client` to 0 (off) there and let the proxy cap per client
-  (``limit_conn``, `book/tracking_deploy.md`). One server alone cannot out-last a distributed
-  attack from many addresses: the total cap keeps it from running out of file descriptors, the
-  timeouts free the slots, and the proxy (or a firewall) must do the rest.
+  (``limit_conn``, ``book/appendix_tracking_deploy.md``). One server alone cannot out-last a
+  distributed attack from many addresses: the total cap keeps it from running out of file
+  descriptors, the timeouts free the slots, and the proxy (or a firewall) must do the rest.
 - The defaults: a legitimate client sends its head in one packet and its body as fast as the
   network allows, so 10 s and 30 s are long for it and short for an attacker; 900 connections
   fit under the common 1,024 file-descriptor limit with room for database connections and
@@ -182,7 +182,7 @@ def protocol_class(limits: ClientLimits) -> type[GuardedH11Protocol]:
 
 
 class BodyTimeout:
-    """ASGI middleware: a request body that stalls over `seconds` between chunks gets 408, then close."""
+    """ASGI middleware: a body that stalls over `seconds` between chunks gets 408, then close."""
 
     def __init__(self, app: Any, seconds: float) -> None:
         self.app, self.seconds = app, seconds
