@@ -49,11 +49,18 @@ def partial_heads(url: str, n: int, source: str) -> list[socket.socket]:
     return socks
 
 
+def _readable(socks: list[socket.socket], wait_s: float) -> bool:
+    """Whether any of `socks` has data or an EOF within `wait_s` (poll: no 1,024-fd ceiling)."""
+    poller = select.poll()
+    for sock in socks:
+        poller.register(sock, select.POLLIN)
+    return bool(poller.poll(wait_s * 1000))
+
+
 def is_closed(sock: socket.socket, wait_s: float = 0.0) -> bool:
     """Whether the server has closed `sock` (EOF or reset), reading away any reply it sent."""
     while True:
-        readable, _, _ = select.select([sock], [], [], wait_s)
-        if not readable:
+        if not _readable([sock], wait_s):
             return False
         try:
             if not sock.recv(65536):
@@ -70,7 +77,7 @@ def closed_within(socks: list[socket.socket], want: int, seconds: float = LIVENE
             if sock not in closed and is_closed(sock):
                 closed.add(sock)
         if len(closed) < want:
-            select.select([s for s in socks if s not in closed], [], [], 0.1)
+            _readable([s for s in socks if s not in closed], 0.1)
     return len(closed)
 
 

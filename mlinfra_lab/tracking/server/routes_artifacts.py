@@ -37,6 +37,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from mlinfra_lab.tracking import access
 from mlinfra_lab.tracking.access import Level
@@ -100,7 +101,10 @@ async def log_artifact(
     store = store_of(request)
     check_name(name)
     await run_in_threadpool(_require_write, store, run_id, user)  # before a byte is read
-    spool = await _spool(request.stream())
+    try:
+        spool = await _spool(request.stream())
+    except ClientDisconnect:  # the client left mid-body: nothing to store, no one to answer
+        return Response(status_code=400)
     try:
         # the handle is never trusted: WRITE is re-read per write
         run = Run(store, run_id, "?", "?", user)
