@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
+import time
+from pathlib import Path
 
 import pytest
 from _slow_attacks import (
@@ -112,6 +115,38 @@ def test_a_stalled_body_gets_408_and_the_connection_closed(served, route):
     assert b"connection: close" in status.lower()
     assert json.loads(body)["error"] == "RequestTimeout"
     assert answered(url) == 200
+
+
+def _send_buffer_max() -> int:
+    """The most a TCP send buffer holds here (Linux's tcp_wmem maximum; 4 MiB by default)."""
+    try:
+        return max(int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2]), 4 << 20)
+    except (OSError, IndexError, ValueError):
+        return 4 << 20
+
+
+def test_a_download_outlasting_the_body_timeout_is_not_cut(served):
+    """The body timeout is for a request body still due, never for a long reply."""
+    url, alice, _, run_id = served(_limits(body_timeout_s=0.3))
+    size = 2 * _send_buffer_max()  # more than the server's socket can hold: the reply waits
+    with TrackingClient(url, alice) as client:
+        artifact = client.start_run("alice-project", name="big").log_artifact(
+            b"z" * size, "big.bin"
+        )
+    sock = connect(url)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+    sock.sendall(
+        head(
+            "GET",
+            f"/api/artifacts/{artifact.id}/content",
+            {"Authorization": f"Bearer {alice}", "Connection": "close"},
+        )
+    )
+    time.sleep(1.0)  # a reader that pauses longer than the body timeout
+    got = reply(sock)
+    assert got.startswith(b"HTTP/1.1 200") and len(got.partition(b"\r\n\r\n")[2]) == size, (
+        f"the download was cut after {len(got)} bytes"
+    )
 
 
 def test_a_body_trickled_after_a_refusal_is_cut_off(served):

@@ -25,8 +25,9 @@ Design decisions:
   server behaves the same everywhere. The head timer is one deadline for the whole head, not
   per byte: a slowloris client sends a byte every few seconds.
 - The body timeout is on the app's side of the protocol (`BodyTimeout` times each wait of the
-  app's ``receive``), so a body the server has stopped reading (flow control, a busy handler)
-  never counts against the client. FastAPI turns any error while reading a body into a 400, so
+  app's ``receive`` until the body's last chunk), so a body the server has stopped reading
+  (flow control, a busy handler) never counts against the client, and neither does a long
+  reply (Starlette's streamed responses wait in ``receive`` for the client to leave). FastAPI turns any error while reading a body into a 400, so
   once the body has timed out the middleware owns the reply: it drops what the app sends and
   answers 408 with ``Connection: close`` itself.
 - Refusing over the caps happens in ``connection_made``, before h11 reads a byte: an attacker's
@@ -190,14 +191,18 @@ class BodyTimeout:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        timed_out = started = False
+        timed_out = started = body_read = False
 
         async def timed_receive() -> dict:
-            nonlocal timed_out
+            nonlocal timed_out, body_read
+            if body_read:  # what is left to wait for is the client leaving (a streamed reply)
+                return await receive()
             if timed_out:
                 return {"type": "http.disconnect"}
             with anyio.move_on_after(self.seconds):
-                return await receive()
+                message = await receive()
+                body_read = message["type"] != "http.request" or not message.get("more_body")
+                return message
             timed_out = True
             raise _stalled(self.seconds)
 
