@@ -5,7 +5,7 @@
 #                 (which executes every chapter: a cell that raises fails it) and the browser test (what CI runs, via .ci/run); starts a
 #                 throwaway PostgreSQL server for the tracking tests where one is installed.
 #                 It first checks the system packages it needs (make check-system):
-#                 apt-get install bubblewrap chromium postgresql
+#                 apt-get install bubblewrap chromium postgresql nginx
 #   make release-labs   regenerate book/labs/ (the student edition of labs/) after editing labs/
 #   make release-check  before a release: the README shows the newest GPU notebook record
 #   make test-gpu on a CUDA GPU: the device unit tests, then every chapter and lab under nbval
@@ -137,7 +137,8 @@ test: check-system setup
 # missing one, naming what it is for and the Debian/Ubuntu package. bubblewrap is required
 # (the grading tests attack the grader from inside its sandbox; it is Linux-only, so `make
 # test` runs on Linux, `make book` anywhere); without Chromium the browser stage tries
-# Playwright's own download; without PostgreSQL the tracking suite runs on SQLite only.
+# Playwright's own download; without PostgreSQL the tracking suite runs on SQLite only; without
+# nginx the tracking server's slow-client attacks run against the server alone, not behind it.
 PG_BINS := $(wildcard /usr/lib/postgresql/*/bin/initdb)
 check-system:
 	@command -v bwrap >/dev/null || { echo "make test: bubblewrap (bwrap) is missing: the grading tests run submissions in its sandbox; apt-get install bubblewrap (Linux only)" >&2; exit 1; }
@@ -145,6 +146,8 @@ check-system:
 	  || echo "make test: note: no Chromium: the browser stage will try Playwright's download, else fail; apt-get install chromium" >&2
 	@[ -n "$$MLINFRA_PG_URL" ] || [ -n "$(PG_BINS)" ] || command -v initdb >/dev/null \
 	  || echo "make test: note: no PostgreSQL server programs (initdb): the tracking suite runs on SQLite only; apt-get install postgresql" >&2
+	@[ -n "$$MLINFRA_NGINX" ] || [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null \
+	  || echo "make test: note: no nginx: the tracking server's attacks behind a proxy are skipped; apt-get install nginx" >&2
 
 # The quick checks first, then three lanes at once (.ci/lanes.sh), each a list of stages run
 # one after another; the first lane prints as it goes, the others when every lane has ended,

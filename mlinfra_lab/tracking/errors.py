@@ -44,6 +44,7 @@ __all__ = [
     "NotFoundOrDenied",
     "PermissionDenied",
     "QueryError",
+    "RequestTimeout",
     "RequestTooLarge",
     "ServerUnavailable",
     "TrackingError",
@@ -80,6 +81,10 @@ class IdentityError(TrackingError, ValueError):
 
 class RequestTooLarge(TrackingError, ValueError):
     """A request to the tracking server whose body is over its limit, or of unstated length."""
+
+
+class RequestTimeout(TrackingError, TimeoutError):
+    """A request to the tracking server whose body stalled longer than the server waits (HTTP 408)."""
 
 
 class InvalidInput(TrackingError, ValueError):

@@ -12,6 +12,7 @@ name the request gives. Read the modules in this order:
 - ``app``         the FastAPI app: errors -> JSON, the routes under /api
 - ``routes_runs``, ``routes_artifacts``, ``routes_access``, ``routes_maintenance``
                   one route per store method, as the token's user
+- ``slow_clients`` header and body timeouts, connection caps, the worker-thread pool
 - ``serving``     uvicorn in the foreground (``mlinfra-lab track serve``) or in a thread
 - ``client``      `TrackingClient(url, token)`: the store's API over HTTP
 - ``remote_run``  `RemoteRun`: `Run`'s API, metrics buffered and sent one batch a request
@@ -25,6 +26,7 @@ import FastAPI.
 from importlib import import_module
 
 __all__ = [
+    "ClientLimits",
     "IssuedToken",
     "RemoteRun",
     "TrackingClient",
@@ -38,6 +40,7 @@ __all__ = [
 ]
 
 _EXPORTS = {
+    "ClientLimits": "slow_clients",
     "IssuedToken": "tokens",
     "create_token": "tokens",
     "list_tokens": "tokens",

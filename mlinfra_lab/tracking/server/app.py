@@ -22,8 +22,8 @@ Design decisions:
   open run and refuses writes into another project's run.
 - Handlers are plain functions (FastAPI runs them in its thread pool, the store is
   synchronous and thread-safe: one engine, a connection per call); the artifact upload is
-  the one async handler, so that it can hand the request's byte stream to the store as a
-  file (`routes_artifacts`). Replies are JSON bytes made by `wire.dumps`, not FastAPI's
+  the one async handler, so that waiting on a slow client's bytes never holds a thread
+  (`routes_artifacts`). Replies are JSON bytes made by `wire.dumps`, not FastAPI's
   generic encoder, which costs more than the query for a page of 100 runs.
 - A request body is capped before it is read (`limits.BodyLimit`: a stated length of at most
   `MAX_BODY_BYTES`; artifact uploads, streamed to disk, are exempt).

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from mlinfra_lab.errors import CommandError
 
-__all__ = ["client_for", "masked_url", "register", "token_from"]
+__all__ = ["client_for", "limits_from", "masked_url", "register", "token_from"]
 
 URL_ENV = "MLINFRA_TRACKING_URL"
 
@@ -85,9 +85,29 @@ def masked_url(url: str) -> str:
         return "<unparsable URL>"
 
 
+def limits_from(args: argparse.Namespace):  # noqa: ANN201 (a ClientLimits; uvicorn imported late)
+    """The `ClientLimits` of ``serve``'s options: each one given replaces its default."""
+    from mlinfra_lab.tracking.server.slow_clients import ClientLimits
+
+    given = {
+        field: getattr(args, field)
+        for field in (
+            "header_timeout_s",
+            "body_timeout_s",
+            "max_connections",
+            "max_connections_per_client",
+            "worker_threads",
+        )
+        if getattr(args, field, None) is not None
+    }
+    return ClientLimits(**given)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from mlinfra_lab.tracking.server.app import create_app
     from mlinfra_lab.tracking.server.serving import serve
+
+    limits = limits_from(args)
 
     app = create_app(
         args.db,
@@ -100,7 +120,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"tracking server: database {masked_url(args.db)}, artifacts {masked_url(args.artifacts)}",
         file=sys.stderr,
     )
-    serve(app, args.host, args.port)
+    serve(app, args.host, args.port, limits)
     return 0
 
 
@@ -164,6 +184,51 @@ def register(
         default=None,
         help="the cold tier (fsspec URL) retention may move artifacts to; a policy sent "
         "through the server may name no other",
+    )
+    guard = serve.add_argument_group(
+        "defences against slow and hostile clients",
+        "for a server that faces its clients itself; behind a proxy that enforces its own "
+        "(book/appendix_tracking_deploy.md), set --max-connections-per-client 0: every connection "
+        "then comes from the proxy's address",
+    )
+    guard.add_argument(
+        "--header-timeout",
+        dest="header_timeout_s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="close a connection that sends no complete request head within S seconds (default 10)",
+    )
+    guard.add_argument(
+        "--body-timeout",
+        dest="body_timeout_s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="answer 408 and close when a request body pauses over S seconds (default 30)",
+    )
+    guard.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        metavar="N",
+        help="refuse connections beyond N open ones; keep it under the file-descriptor limit "
+        "(ulimit -n) less what the database and artifact files need (default 900)",
+    )
+    guard.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=None,
+        metavar="N",
+        help="refuse connections beyond N open ones from one client address; 0: no cap, "
+        "behind a proxy (default 64)",
+    )
+    guard.add_argument(
+        "--worker-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="threads that run the store's calls; uploads never wait in one (default 40)",
     )
     serve.set_defaults(func=_serve)
 

@@ -1,16 +1,21 @@
 """Running the tracking server: in the foreground (`serve`) or in a background thread (`running_server`).
 
-Contract: `serve(app, host, port)` binds ``host:port`` (port 0: a free one), prints one
-line ``serving on http://HOST:PORT`` once it accepts connections, and serves until
+Contract: `serve(app, host, port, limits)` binds ``host:port`` (port 0: a free one), prints
+one line ``serving on http://HOST:PORT`` once it accepts connections, and serves until
 interrupted; `running_server(app_or_store, ...)` is a context manager that serves the
 same way from a daemon thread and yields the base URL, for tests, notebooks and the
-benchmark, and stops the server on exit.
+benchmark, and stops the server on exit. Both defend the server against slow and hostile
+clients with `limits` (`slow_clients.ClientLimits`: header and body timeouts, connection
+caps, the worker-thread pool).
 
 Design decisions:
 - Uvicorn, the reference ASGI server, with its defaults but quiet (no access log: one
   line per request would cost more than a metric batch). The socket is bound here, before
   uvicorn starts, so port 0 works and the URL is known before the first request; a
   caller that starts ``mlinfra-lab track serve --port 0`` reads the URL from that line.
+- The defences of `slow_clients` are always on, with defaults meant for a server that
+  faces its clients directly; behind a proxy they are a second line
+  (``book/appendix_tracking_deploy.md``).
 - Loopback by default. The server speaks plain HTTP: bearer tokens cross the network in
   the clear, so anything beyond loopback belongs behind a TLS-terminating proxy (or use
   uvicorn's ``--ssl-*`` options directly with `create_app`); the chapter says so.
@@ -26,8 +31,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
+from anyio import to_thread
 
 from mlinfra_lab.tracking.errors import TrackingError
+from mlinfra_lab.tracking.server.slow_clients import BodyTimeout, ClientLimits, protocol_class
 
 __all__ = ["bind", "running_server", "serve"]
 
@@ -57,25 +64,40 @@ def _url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _server(app: Any) -> uvicorn.Server:
-    return uvicorn.Server(
-        uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30
+class _Server(uvicorn.Server):
+    """uvicorn's server, with the app's worker-thread pool sized as it starts, then `on_start()`."""
+
+    def __init__(self, app: Any, limits: ClientLimits, on_start: Any = None) -> None:
+        super().__init__(
+            uvicorn.Config(
+                BodyTimeout(app, limits.body_timeout_s),
+                http=protocol_class(limits),
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                timeout_keep_alive=30,
+            )
         )
-    )
+        self.limits, self.on_start = limits, on_start
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # anyio's pool is per event loop: FastAPI runs plain handlers in it (run_in_threadpool)
+        to_thread.current_default_thread_limiter().total_tokens = self.limits.worker_threads
+        await super().startup(sockets)
+        if self.on_start is not None:
+            self.on_start()
 
 
-def serve(app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-    """Serve `app` on ``host:port`` until interrupted (Ctrl-C, SIGTERM)."""
+def serve(
+    app: Any, host: str = "127.0.0.1", port: int = 0, limits: ClientLimits | None = None
+) -> None:
+    """Serve `app` on ``host:port`` until interrupted (Ctrl-C, SIGTERM), within `limits`."""
     sock = bind(host, port)
-    server = _server(app)
-    original = server.startup
-
-    async def startup(sockets=None) -> None:  # noqa: ANN001 (uvicorn's signature)
-        await original(sockets)
-        print(f"serving on {_url(sock)}", flush=True)
-
-    server.startup = startup
+    server = _Server(
+        app,
+        limits or ClientLimits(),
+        on_start=lambda: print(f"serving on {_url(sock)}", flush=True),
+    )
     server.run(sockets=[sock])
 
 
@@ -85,10 +107,11 @@ def running_server(
     host: str = "127.0.0.1",
     port: int = 0,
     timeout_s: float = 30.0,
+    limits: ClientLimits | None = None,
     **app_kwargs: Any,
 ) -> Iterator[str]:
     """Serve `app_or_store` (an ASGI app, or a `TrackingStore` given to `create_app` with
-    `app_kwargs`) from a daemon thread; yield its base URL; stop it on exit."""
+    `app_kwargs`) within `limits` from a daemon thread; yield its base URL; stop it on exit."""
     from mlinfra_lab.tracking.store import TrackingStore
 
     app = app_or_store
@@ -97,7 +120,7 @@ def running_server(
 
         app = create_app(app_or_store, **app_kwargs)
     sock = bind(host, port)
-    server = _server(app)
+    server = _Server(app, limits or ClientLimits())
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name="tracking-server", daemon=True
     )

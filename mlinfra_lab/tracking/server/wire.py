@@ -10,8 +10,8 @@ module needs neither FastAPI nor httpx.
 
 Design decisions:
 - The status follows the error's class: 401 `AuthenticationError`, 404 `NotFoundOrDenied`
-  and `NotFound`, 403 `PermissionDenied`, 413 `RequestTooLarge`, 422 `InvalidInput` (a
-  value no backend can store), 400 `QueryError`, `ArtifactNameError`,
+  and `NotFound`, 403 `PermissionDenied`, 413 `RequestTooLarge`, 408 `RequestTimeout`,
+  422 `InvalidInput` (a value no backend can store), 400 `QueryError`, `ArtifactNameError`,
   `IdentityError` and any other `TrackingError`, 500 `IntegrityError`, 503
   `DatabaseError`. An id the caller may not see is a 404 with the same body whether it
   exists or not (the store's one answer, unchanged on the wire).
@@ -67,6 +67,7 @@ __all__ = [
 _STATUS: tuple[tuple[type[TrackingError], int], ...] = (  # first match wins: subclasses first
     (errors.AuthenticationError, 401),
     (errors.RequestTooLarge, 413),
+    (errors.RequestTimeout, 408),
     (errors.InvalidInput, 422),
     (errors.NotFoundOrDenied, 404),
     (errors.PermissionDenied, 403),
