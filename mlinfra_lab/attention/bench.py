@@ -145,8 +145,9 @@ def format_table(result: dict[str, Any]) -> str:
         tops = {p: row[p]["tflops"] for p in row}
         tf = tops.get
         vals = " ".join(f"{tf(p):10.1f}" if tf(p) else f"{'-':>10}" for p in provs)
+        ours = tf("ours")
         ratios = " ".join(
-            f"{tf('ours') / tf(a):6.2f}" if tf("ours") and tf(a) else f"{'-':>6}"
+            f"{ours / tops[a]:6.2f}" if ours and tf(a) else f"{'-':>6}"
             for a in ("sdpa_flash", "sdpa_cudnn", "flex")
         )
         mem = " ".join(

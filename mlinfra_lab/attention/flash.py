@@ -182,7 +182,9 @@ def resolve_version(version: int | None = None) -> int:
     if version is None:
         raw = os.environ.get("MLINFRA_ATTENTION_KERNEL", "").strip()
         env = raw.lstrip("v")
-        version = int(env) if env.isdigit() else (env or DEFAULT_VERSION)
+        if env and not env.isdigit():
+            raise _unknown_version(env)
+        version = int(env) if env else DEFAULT_VERSION
         asked = f"MLINFRA_ATTENTION_KERNEL={raw}"
         instead = "Unset MLINFRA_ATTENTION_KERNEL for the default, or set it to 1."
     else:
@@ -191,10 +193,14 @@ def resolve_version(version: int | None = None) -> int:
         what = f"kernel version {version}"
         raise _removed(asked, what, REMOVED_VERSIONS[version], instead)
     if version not in KERNEL_VERSIONS:
-        raise AttentionInputError(
-            f"kernel version {version!r} does not exist; use one of {KERNEL_VERSIONS}"
-        )
+        raise _unknown_version(version)
     return int(version)
+
+
+def _unknown_version(version: object) -> AttentionInputError:
+    return AttentionInputError(
+        f"kernel version {version!r} does not exist; use one of {KERNEL_VERSIONS}"
+    )
 
 
 def resolve_backward(backward: str | None = None) -> str:

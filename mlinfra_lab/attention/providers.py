@@ -21,6 +21,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -50,12 +51,17 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Ten
 
 
 class TimingConfig(Protocol):
-    """What timing needs of a sweep's settings (`bench.BenchConfig` is one)."""
+    """What timing needs of a sweep's settings (`bench.BenchConfig` is one); it only reads
+    them, so a frozen dataclass fits."""
 
-    dtype: str
-    warmup_ms: int
-    rep_ms: int
-    repeats: int
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def warmup_ms(self) -> int: ...
+    @property
+    def rep_ms(self) -> int: ...
+    @property
+    def repeats(self) -> int: ...
 
 
 def _flex_fn(n: int, causal: bool, device: str) -> Attention:
@@ -178,10 +184,12 @@ def measure(name: str, shape: tuple, cfg: TimingConfig, device: str) -> list[dic
             if "bwd" not in errors:
                 runs["bwd"].append(
                     time_ms(
-                        lambda: out.backward(do, retain_graph=True), cfg, grad_to_none=[q, k, v]
+                        functools.partial(out.backward, do, retain_graph=True),
+                        cfg,
+                        grad_to_none=[q, k, v],
                     )
                 )
-        out = None  # free the graph before the next provider
+        del out  # free the graph before the next provider
     except (RuntimeError, ValueError, AssertionError) as err:  # a provider refusing the shape
         errors = {"fwd": _error_text(err), "bwd": _error_text(err)}
     tiles = _chosen_tiles(name) if name.startswith("ours") and not errors else {}

@@ -30,7 +30,7 @@ it ran on and vary a few percent from run to run.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -204,7 +204,7 @@ def time_forward_tile(
         "num_warps": num_warps,
         "num_stages": num_stages,
     }
-    base = dict(
+    untimed = TileTiming(
         block_m=block_m,
         block_n=block_n,
         num_warps=num_warps,
@@ -226,8 +226,8 @@ def time_forward_tile(
             diff = (call().float() - ref.float()).abs().max().item()
             ms = float(do_bench(call, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
     except Exception as err:  # noqa: BLE001 (out of resources, compile errors: report them)
-        return TileTiming(
-            **base, error=f"{type(err).__name__}: " + (str(err).splitlines() or [""])[0][:200]
+        return replace(
+            untimed, error=f"{type(err).__name__}: " + (str(err).splitlines() or [""])[0][:200]
         )
     flops = attention_flops(b, h, n, n, d, causal, "fwd")
-    return TileTiming(**base, ms=ms, tflops=flops / ms * 1e-9, max_abs_diff=diff)
+    return replace(untimed, ms=ms, tflops=flops / ms * 1e-9, max_abs_diff=diff)

@@ -36,6 +36,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import tempfile
@@ -115,9 +116,9 @@ def run_notebooks(
     the student's kernel too (see `judge`), unless ``config.judge`` is off.
     """
     config = config or ExecutionConfig()
-    paths = [Path(p).resolve() for p in paths]
-    results: dict[Path, dict[str, CellOutcome]] = {p: {} for p in paths}
-    if not paths:
+    notebooks = [Path(p).resolve() for p in paths]
+    results: dict[Path, dict[str, CellOutcome]] = {p: {} for p in notebooks}
+    if not notebooks:
         return results
     sandbox = sandbox or make_sandbox(config.sandbox)
     judges = {Path(p).resolve(): texts for p, texts in (judge_texts or {}).items()}
@@ -126,7 +127,7 @@ def run_notebooks(
         from mlinfra_lab.progress import progress_bar
 
         bar = progress_bar(
-            total=sum(_count_code_cells(p) for p in paths),
+            total=sum(_count_code_cells(p) for p in notebooks),
             desc=progress,
             unit="cell",
             mininterval=2.0,
@@ -140,7 +141,7 @@ def run_notebooks(
                 bar.update(1)
 
     todo: queue.Queue[tuple[int, Path]] = queue.Queue()
-    for item in enumerate(paths):
+    for item in enumerate(notebooks):
         todo.put(item)
     failures: list[BaseException] = []
 
@@ -157,7 +158,7 @@ def run_notebooks(
                     sandbox,
                     slot,
                     tmp / f"w{k:04d}",
-                    on_cell=lambda outcome, path=path: cell_done(path, outcome),
+                    on_cell=functools.partial(cell_done, path),
                     judge_texts=judges.get(path) if config.judge else None,
                 )
             except ExecutionError as err:  # this machine cannot run kernels: stop the batch
@@ -180,7 +181,7 @@ def run_notebooks(
             os.chmod(tmp, 0o755)  # the sandbox's user must reach its own working folder
             threads = [
                 threading.Thread(target=worker, args=(slot, Path(tmp)), daemon=True)
-                for slot in range(max(1, min(config.jobs, len(paths))))
+                for slot in range(max(1, min(config.jobs, len(notebooks))))
             ]
             for thread in threads:
                 thread.start()

@@ -200,10 +200,11 @@ def _machinery(ident: int) -> bool:
     the first cell, for output; tqdm's progress monitor): its class, or the target of a
     plain `threading.Thread`, comes from one of `_MACHINERY`. A thread with no `Thread`
     object (``_thread.start_new_thread``) is the notebook's."""
-    thread = threading._active.get(ident)  # the Thread object of an ident
+    # the Thread object of an ident; typeshed leaves out the private `_active` registry
+    thread = threading._active.get(ident)  # type: ignore[attr-defined]
     if thread is None:
         return False
-    owner = type(thread)
+    owner: object = type(thread)
     if owner is threading.Thread:
         owner = getattr(thread, "_target", None)
     module = getattr(owner, "__module__", None) or ""
@@ -211,7 +212,8 @@ def _machinery(ident: int) -> bool:
 
 
 def _frames() -> list[types.FrameType]:
-    frames, frame = [], _getframe(2)
+    frames: list[types.FrameType] = []
+    frame: types.FrameType | None = _getframe(2)
     while frame is not None:
         frames.append(frame)
         frame = frame.f_back

@@ -41,6 +41,7 @@ import math
 import re
 import struct
 import sys
+from collections.abc import ItemsView, Iterable
 from typing import Any
 
 from .errors import WireError
@@ -133,17 +134,19 @@ class Encoder:
         if isinstance(v, tuple) and hasattr(type(v), "_fields") and _ours(type(v)):
             items = [self.value(x, depth + 1) for x in tuple.__iter__(v)]
             return {"~": "namedtuple", "cls": _class_path(type(v)), "v": items}
+        kind: type[Iterable[Any]]  # iterated with the built-in's own __iter__, not v's
         for kind, tag in ((tuple, "tuple"), (list, "list"), (frozenset, "frozenset"), (set, "set")):
             if isinstance(v, kind):
                 return {"~": tag, "v": [self.value(x, depth + 1) for x in kind.__iter__(v)]}
         if isinstance(v, dict):
-            pairs = dict.items(v)
+            pairs: ItemsView[Any, Any] = dict.items(v)
             return {
                 "~": "dict",
                 "v": [[self.value(k, depth + 1), self.value(x, depth + 1)] for k, x in pairs],
             }
         if isinstance(v, range | type({}.keys()) | type({}.values()) | type({}.items())):
-            return {"~": "list", "v": [self.value(x, depth + 1) for x in v]}
+            view: Iterable[Any] = v  # a range, or a dict view of any key and value types
+            return {"~": "list", "v": [self.value(x, depth + 1) for x in view]}
         return {"~": "opaque", "type": _type_name(v)}
 
     def _numpy(self, a: Any, tag: str) -> Any:
@@ -387,7 +390,7 @@ class Opaque:
         )
 
     __getattr__ = __call__ = __iter__ = __len__ = __bool__ = __getitem__ = _refuse
-    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = __float__ = __int__ = _refuse  # type: ignore[assignment]
+    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = __float__ = __int__ = _refuse
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:

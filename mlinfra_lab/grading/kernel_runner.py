@@ -205,12 +205,13 @@ def run_notebook(
                 break
             trusted = is_grader(cell) or is_readonly(cell)
             judged = judge is not None and is_grader(cell) and cell_id in judge_texts
-            if judged:
+            judging = judge if judged else None  # the judge, where it judges this cell
+            if judging is not None:
                 text = judge_texts.pop(cell_id)  # the first cell with the id only
-                names, record_path, prepare = judge.before(text, workdir, num)
+                names, record_path, prepare = judging.before(text, workdir, num)
             if trusted:
                 expressions = {"r": _RESET.format("reset")}
-                if judged:
+                if judging is not None:
                     expressions["j"] = prepare
                 reset, state = execute(
                     kernel,
@@ -261,7 +262,7 @@ def run_notebook(
                     record(CellOutcome(cell_id, num, "failed", why))
                 break
             outcome = _outcome(cell_id, num, got, state, config.cell_timeout)
-            if judged:
+            if judging is not None:
                 execute(
                     kernel,
                     "",
@@ -269,10 +270,10 @@ def run_notebook(
                     store_history=False,
                     user_expressions={"d": _RECORD_DONE},
                 )
-                verdict = judge.check(text, names, record_path, config.cell_timeout)
+                verdict = judging.check(text, names, record_path, config.cell_timeout)
                 if outcome.outcome == "passed" and verdict is not None:
                     outcome = CellOutcome(cell_id, num, "failed", f"{JUDGED}: {verdict}")
-                elif verdict is not None and judge.replayed:  # the student's exception
+                elif verdict is not None and judging.replayed:  # the student's exception
                     outcome = CellOutcome(cell_id, num, "failed", student_text(outcome.message))
                 elif verdict is not None and not outcome.message.startswith("Timeout"):
                     outcome = CellOutcome(cell_id, num, "failed", verdict)  # the judge's words

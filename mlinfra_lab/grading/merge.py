@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .errors import GradingError
 from .execute import ExecutionConfig
@@ -60,13 +61,12 @@ def report_from_json(data: dict) -> GradeReport:
     )
     problems = tuple(SubmissionProblem(**p) for p in data["problems"])
     record = data.get("config", {})
-    config = ExecutionConfig(
-        **{
-            k: (tuple(tuple(e) for e in v) if k == "env" else v)
-            for k, v in record.items()
-            if k in _CONFIG_FIELDS
-        }
-    )
+    fields: dict[str, Any] = {  # JSON values, checked by ExecutionConfig
+        k: (tuple(tuple(e) for e in v) if k == "env" else v)
+        for k, v in record.items()
+        if k in _CONFIG_FIELDS
+    }
+    config = ExecutionConfig(**fields)
     sources = tuple((s["lab"], s["path"], s["sha256"]) for s in data.get("sources", []))
     return GradeReport(
         results,
@@ -83,7 +83,8 @@ def merge_gradebooks(chunk_dirs: Sequence[Path | str], secret: str) -> GradeRepo
     """One report from the verified gradebooks in `chunk_dirs` (see the module docstring)."""
     if not chunk_dirs:
         raise MergeError("--merge needs at least one gradebook folder")
-    reports, seen = [], {}
+    reports: list[tuple[Path, GradeReport]] = []  # (gradebook folder, its report)
+    seen: dict[tuple[str, str], Path] = {}  # (student, lab) -> the folder that graded it
     for chunk in map(Path, chunk_dirs):
         check = verify_gradebook(chunk, secret)
         if not check.ok:

@@ -523,13 +523,14 @@ class BwrapSandbox(Sandbox):
 
     def __init__(self, bwrap: str | None = None) -> None:
         super().__init__()
-        self.bwrap = bwrap or shutil.which("bwrap")
-        if not self.bwrap:
+        found = bwrap or shutil.which("bwrap")
+        if not found:
             raise SandboxUnavailable(
                 "bubblewrap (bwrap) is not installed: apt-get install "
                 "bubblewrap, or grade with --sandbox rlimit (see the "
                 "instructors' page for what that does not stop)"
             )
+        self.bwrap: str = found
         self.setpriv = shutil.which("setpriv") if self.root else None
         if self.root and not self.setpriv:
             raise SandboxUnavailable(
@@ -612,6 +613,7 @@ class BwrapSandbox(Sandbox):
         for key, value in env.items():
             cmd += ["--setenv", key, value]
         if self.root:  # drop to the throwaway user, with no way back
+            assert self.setpriv is not None, "__init__ refuses a root sandbox without setpriv"
             uid = str(self.uid(slot))
             cmd += [
                 "--",

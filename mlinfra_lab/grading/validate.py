@@ -114,7 +114,9 @@ def _names_the_student_controls(lab: SourceLab) -> list[ValidationProblem]:
     the lab's own constant or helper, which a submission can change (see `judge`)."""
     problems: list[ValidationProblem] = []
     graders = {g.cell_id: g for g in lab.graders}
-    names, bound_by, reported = JudgeNames(), {}, set()
+    names = JudgeNames()
+    bound_by: dict[str, str] = {}  # name -> id of the instructor cell that binds it
+    reported: set[str] = set()
     for cell in lab.notebook.cells:
         if cell.get("cell_type") != "code" or is_readonly(cell):
             continue
@@ -253,9 +255,11 @@ def validate_labs(
         )
     checked = []
     for lab, _ in runnable:
-        found = _missing_wrong_answers(lab) + _check(
-            lab, lambda run, lab=lab: outcomes.get(runs[lab.name, run], {})
-        )
+
+        def ran(run: str, lab: SourceLab = lab) -> dict[str, CellOutcome]:
+            return outcomes.get(runs[lab.name, run], {})
+
+        found = _missing_wrong_answers(lab) + _check(lab, ran)
         problems += found
         if not found:
             checked.append(

@@ -42,10 +42,13 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlinfra_lab.errors import MlinfraError
 from mlinfra_lab.scaling.config import RunConfig
+
+if TYPE_CHECKING:  # torch is imported where it is used: importing this module stays cheap
+    import torch
 
 __all__ = [
     "HOOKS",
@@ -169,6 +172,12 @@ def _hook_and_state(name: str, process_group: Any) -> tuple[Callable[[Any, Any],
     )
 
 
+def _grad(p: torch.nn.Parameter) -> torch.Tensor:
+    """The gradient of `p`, which every parameter has after the course model's backward."""
+    assert p.grad is not None, "a parameter has no gradient: run backward() first"
+    return p.grad
+
+
 def measure_hook(name: str, config: RunConfig) -> CompressionRow:
     """On this rank of an initialised process group: one step's bytes under hook `name`."""
     import torch
@@ -197,13 +206,13 @@ def measure_hook(name: str, config: RunConfig) -> CompressionRow:
             count.reset()
             nn.functional.mse_loss(ddp(x), y).backward()
             sent, calls, bucket_bytes = count.bytes, count.calls, count.bucket_bytes
-            exact = torch.cat([p.grad.flatten() for p in plain.parameters()])
+            exact = torch.cat([_grad(p).flatten() for p in plain.parameters()])
             dist.all_reduce(exact)  # inside the block, after reading the count: not counted
             exact /= world
             with torch.no_grad():  # a plain SGD step keeps the steps apart
                 for p in model.parameters():
-                    p -= 1e-2 * p.grad
-    got = torch.cat([p.grad.flatten() for p in model.parameters()])
+                    p.sub_(1e-2 * _grad(p))
+    got = torch.cat([_grad(p).flatten() for p in model.parameters()])
     error = float((got - exact).norm() / exact.norm())
     return CompressionRow(
         hook=name,

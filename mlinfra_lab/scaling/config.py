@@ -153,7 +153,7 @@ class RunConfig:
     @classmethod
     def for_gpu(cls, **changes: Any) -> RunConfig:
         """No emulation: real kernels and the real interconnect, a model big enough to time."""
-        base = dict(
+        base: dict[str, Any] = dict(  # any field may be changed, each checked by `cls`
             hidden=4096,
             layers=8,
             batch=64,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["loader_bench", "shared_source_bench"]
 
@@ -61,8 +61,14 @@ def loader_bench(
     rows = []
     for w in workers:
         data = _SlowBatches(batches, batch, hidden, ms_per_batch / 1e3)
+        # DataLoader takes any object with __getitem__ and __len__ (a map-style dataset) but
+        # is annotated with torch's Dataset, which _SlowBatches cannot subclass: torch is
+        # imported lazily so that importing this module stays cheap.
         loader = torch.utils.data.DataLoader(
-            data, batch_size=None, num_workers=w, prefetch_factor=2 if w else None
+            cast("torch.utils.data.Dataset[torch.Tensor]", data),
+            batch_size=None,
+            num_workers=w,
+            prefetch_factor=2 if w else None,
         )
         skip = max(1, w)  # steady state: start the clock once every worker has delivered
         t0 = 0.0

@@ -41,7 +41,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -104,10 +104,26 @@ class _CommTimer:
 
     def link_finish(self, nbytes: int, launched: float) -> float:
         """When a bucket launched at `launched` leaves the capped link (perf_counter s)."""
+        assert self.cap is not None, "link_finish is for a capped link (cap_bytes_per_s set)"
         n = self.world_size
         wire = nbytes * 2 * (n - 1) / n / self.cap  # ring traffic per rank at the capped rate
         self.link_free_at = max(self.link_free_at, launched) + wire
         return self.link_free_at
+
+
+class _Step(TypedDict):
+    """One timed step of a rank's record (seconds; the keys `results.RunResult` reads)."""
+
+    data_wait: float
+    forward: float
+    backward: float
+    exposed_comm: float
+    optimizer: float
+    step: float
+    comm_total: float
+    buckets_s: list[list[float]]  # [start, end] of each bucket's all-reduce, from step start
+    comm_bytes: float
+    loss: float
 
 
 def _timed_allreduce_hook(state: _CommTimer, bucket):  # noqa: ANN001 (DDP checks annotations)
@@ -202,13 +218,14 @@ def run_rank(
     dist.barrier()
 
     profiler = _profiler(cuda, config) if (config.trace and rank == 0 and out_trace) else None
-    steps: list[dict[str, float]] = []
+    steps: list[_Step] = []
     with profiler or contextlib.nullcontext():
         for step in range(total):
             beat(step, PHASE_CODES["data"])
             if stacks is not None:
                 stacks.arm()
             if step == lost_step:
+                assert lost is not None, "lost_step is set only by a lost_rank fault"
                 if lost.get("exit", 0.0):
                     os._exit(3)  # the lost rank dies, as a crashed node does
                 time.sleep(10**6)  # the lost rank: alive but silent, as a hung node is

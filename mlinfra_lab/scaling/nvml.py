@@ -26,6 +26,7 @@ activity, tensor-pipe activity) are the measure of how well a kernel uses the GP
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -151,9 +152,11 @@ def _read(nvml: Any) -> list[GpuCounters]:
                 util.memory,
                 mem.used,
                 mem.total,
-                _optional(lambda h=h: nvml.nvmlDeviceGetPowerUsage(h)),
-                _optional(lambda h=h: nvml.nvmlDeviceGetEnforcedPowerLimit(h)),
-                _optional(lambda h=h: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
+                _optional(functools.partial(nvml.nvmlDeviceGetPowerUsage, h)),
+                _optional(functools.partial(nvml.nvmlDeviceGetEnforcedPowerLimit, h)),
+                _optional(
+                    functools.partial(nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
+                ),
                 time.monotonic(),
             )
         )

@@ -43,7 +43,7 @@ NVLink bus bandwidth and on bus bandwidth between nodes.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from mlinfra_lab.errors import MlinfraError
@@ -101,14 +101,24 @@ class AllReduceCost:
         return self.latency + self.intra_bandwidth + self.inter_bandwidth
 
     def __add__(self, other: AllReduceCost) -> AllReduceCost:
-        algorithm = self.algorithm if self.algorithm == other.algorithm else "mixed"
-        sums = [getattr(self, f.name) + getattr(other, f.name) for f in fields(self)[:-1]]
-        return AllReduceCost(*sums, algorithm)
+        return AllReduceCost(
+            fixed=self.fixed + other.fixed,
+            intra_latency=self.intra_latency + other.intra_latency,
+            inter_latency=self.inter_latency + other.inter_latency,
+            intra_bandwidth=self.intra_bandwidth + other.intra_bandwidth,
+            inter_bandwidth=self.inter_bandwidth + other.inter_bandwidth,
+            algorithm=self.algorithm if self.algorithm == other.algorithm else "mixed",
+        )
 
     def scaled(self, k: float) -> AllReduceCost:
         """The cost of `k` such all-reduces (`k` buckets of one size)."""
         return AllReduceCost(
-            *(getattr(self, f.name) * k for f in fields(self)[:-1]), self.algorithm
+            fixed=self.fixed * k,
+            intra_latency=self.intra_latency * k,
+            inter_latency=self.inter_latency * k,
+            intra_bandwidth=self.intra_bandwidth * k,
+            inter_bandwidth=self.inter_bandwidth * k,
+            algorithm=self.algorithm,
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -242,7 +242,6 @@ def _run(
     clock = gate.clock if gate is not None else [0] * n  # iterations each worker finished
     gap = [0] * n  # clock gap of each worker's last arrived gradient
     corrector = policy.make_corrector()  # per run: may hold state (DC-ASGD-a)
-    has_correct = corrector is not None
     durations = speeds.sampler(seed)
     batch_rngs = [np.random.default_rng(s) for s in np.random.SeedSequence([seed, 0xBA7C]).spawn(n)]
     n_examples, batch = problem.num_examples, problem.batch_size
@@ -294,18 +293,23 @@ def _run(
             grads[w], mb_loss[w] = g[k], float(lo[k])
         pending.clear()
 
+    def gradient(w: int) -> torch.Tensor:
+        """Worker `w`'s gradient as applied now (corrected, under a policy with a corrector)."""
+        g = grads[w]
+        assert g is not None, "apply() computes every pending gradient before reading one"
+        return corrector(g, theta, pulled[w]) if corrector is not None else g
+
     def apply(ws: list[int], scales: list[float], now: float, restart: bool = True) -> None:
         nonlocal theta, velocity, version, diverged
         if any(grads[w] is None for w in ws):
             compute_pending()
         if len(ws) == 1:
             w, sc = ws[0], scales[0]
-            g = corrector(grads[w], theta, pulled[w]) if has_correct else grads[w]
+            g = gradient(w)
         else:
-            g = sum(
-                sc * (corrector(grads[w], theta, pulled[w]) if has_correct else grads[w])
-                for w, sc in zip(ws, scales, strict=True)
-            ) / len(ws)
+            total = sum(sc * gradient(w) for w, sc in zip(ws, scales, strict=True))
+            assert isinstance(total, torch.Tensor), "sum() is 0 only over no workers"
+            g = total / len(ws)
             sc = 1.0
         if velocity is not None:
             velocity = velocity.mul(momentum).add_(g, alpha=sc)

@@ -132,6 +132,7 @@ def ensure_principal(conn: Connection, name: str, kind: str = "user") -> int:
     if row is None:  # another process may be adding the same name right now: one insert wins
         conn.execute(insert_ignoring_conflicts(conn.dialect.name, p).values(name=name, kind=kind))
         row = conn.execute(find).first()
+        assert row is not None, f"principal {name!r} missing after its insert"
     if row.kind != kind:
         raise TrackingError(f"{name!r} is a {row.kind}, not a {kind}")
     return row.id
@@ -245,11 +246,11 @@ def require(conn: Connection, project: str, user: str, needed: Level, action: st
 
 
 def _require_in(
-    conn: Connection, found: Row[Any] | None, target: str, user: str, needed: Level, action: str
-) -> Row[Any]:
+    conn: Connection, found: Row | None, target: str, user: str, needed: Level, action: str
+) -> Row:
     """`found` (a row with project_id and project) if `user` holds `needed` there; else raise."""
     level = Level.NONE if found is None else effective_level(conn, found.project_id, user)
-    if level < Level.VIEW:  # missing, or invisible: the same answer
+    if found is None or level < Level.VIEW:  # missing, or invisible: the same answer
         raise NotFoundOrDenied(
             user, target, action, audit_project=None if found is None else found.project
         )
@@ -258,7 +259,7 @@ def _require_in(
     return found
 
 
-def require_run(conn: Connection, run_id: int, user: str, needed: Level, action: str) -> Row[Any]:
+def require_run(conn: Connection, run_id: int, user: str, needed: Level, action: str) -> Row:
     """Row (project_id, project) of run `run_id`, read in `conn`'s transaction, if `user` holds `needed`.
 
     Raises `NotFoundOrDenied` when the run does not exist or its project is invisible to
@@ -276,7 +277,7 @@ def require_run(conn: Connection, run_id: int, user: str, needed: Level, action:
 
 def require_artifact(
     conn: Connection, artifact_id: int, user: str, needed: Level, action: str
-) -> Row[Any]:
+) -> Row:
     """Row (uri, sha256, run_id, project_id, project) of an artifact if `user` holds `needed`."""
     a, r, p = S.artifacts, S.runs, S.projects
     bounds.ident("artifact", artifact_id)

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, String, select
 
 from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.db import database_errors, transact, write_tx
@@ -52,7 +52,9 @@ T = TypeVar("T")
 def _cut(value: object, column: str) -> str | None:
     if value is None:
         return None
-    return str(value)[: S.audit_log.c[column].type.length]
+    column_type = S.audit_log.c[column].type
+    assert isinstance(column_type, String), f"audit_log.{column} is not a String column"
+    return str(value)[: column_type.length]
 
 
 def record(
@@ -94,8 +96,9 @@ def latest(conn: Connection, project: str | None, limit: int) -> list[dict]:
 
 def record_denial(engine: Engine, err: PermissionDenied) -> None:
     """Record `err` in a transaction of its own, with its real scope; at most once per error."""
-    if getattr(err, "_audited", False):
+    if err._audited:
         return
+    target: str | None
     if isinstance(err, NotFoundOrDenied):
         project, target = err._audit_project, err.scope
     else:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any
+from typing import Any, overload
 
 import sqlalchemy as sa
 
@@ -148,8 +148,15 @@ def metric_value(key: str, value: Any, step: int) -> float:
     return v
 
 
-def data_error(err: BaseException, sqlstate: str | None = None) -> InvalidInput | None:
-    """The `InvalidInput` a driver error caused by a value stands for; None for other errors."""
+@overload
+def data_error(err: UnicodeEncodeError | OverflowError, sqlstate: None = None) -> InvalidInput: ...
+@overload
+def data_error(err: BaseException | None, sqlstate: str | None = None) -> InvalidInput | None: ...
+def data_error(err: BaseException | None, sqlstate: str | None = None) -> InvalidInput | None:
+    """The `InvalidInput` a driver error caused by a value stands for; None for other errors.
+
+    `err` may be None: SQLAlchemy's `DBAPIError.orig` is typed optional, and then only
+    `sqlstate` can tell."""
     if isinstance(err, UnicodeEncodeError):
         return InvalidInput(
             "a text value is not valid Unicode (it holds a lone surrogate); send UTF-8 text"

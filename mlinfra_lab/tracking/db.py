@@ -4,7 +4,8 @@ Contract: `make_engine(url)` returns a SQLAlchemy engine tuned for the backend a
 `migrate(engine)` brings its schema to the newest Alembic revision; `write_tx(engine)` is
 the one way the store opens a transaction that writes, and `transact(engine, fn, what)`
 runs ``fn(conn)`` in one, retried when PostgreSQL aborts it for a deadlock or a
-serialization failure; `database_errors(what)` turns any driver error into `DatabaseError`.
+serialization failure; `database_errors(what)` turns any driver error into `DatabaseError`;
+`inserted_id(result)` is the primary key a single-row INSERT wrote.
 
 Design decisions:
 - SQLite runs in WAL mode (readers never block the writer), with a busy timeout (a second
@@ -54,9 +55,9 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, CursorResult, Engine, create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 
 from mlinfra_lab.tracking.bounds import data_error
@@ -68,6 +69,7 @@ __all__ = [
     "write_tx",
     "transact",
     "database_errors",
+    "inserted_id",
     "current_revision",
     "head_revision",
     "MIGRATIONS_DIR",
@@ -159,6 +161,13 @@ def database_errors(what: str, wrote: bool = False) -> Iterator[None]:
         ) from None
 
 
+def inserted_id(result: CursorResult[Any]) -> int:
+    """The primary key of the row that the single-row INSERT `result` wrote."""
+    key = result.inserted_primary_key
+    assert key is not None, "not a single-row INSERT: only one has an inserted primary key"
+    return key[0]
+
+
 def transact(engine: Engine, fn: Callable[[Connection], T], what: str) -> T:
     """``fn(conn)`` in a write transaction, committed; re-run when PostgreSQL aborts it as a deadlock
     victim or for a serialization failure (up to `RETRIES` attempts, backoff with jitter).
@@ -209,7 +218,9 @@ def head_revision() -> str:
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return ScriptDirectory.from_config(cfg).get_current_head()
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert head is not None, f"no migration scripts under {MIGRATIONS_DIR}: reinstall the package"
+    return head
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -139,6 +139,11 @@ class IntegrityError(TrackingError):
 class PermissionDenied(TrackingError, PermissionError):
     """The principal lacks the grant an operation needs; the message names that grant."""
 
+    # None for a `NotFoundOrDenied`, whose project is kept from the caller.
+    project: str | None
+    # Set by `audit.record_denial` once the denial is in the audit log (recorded once).
+    _audited: bool = False
+
     def __init__(
         self, principal: str, project: str, needed: str, action: str, scope: str | None = None
     ) -> None:

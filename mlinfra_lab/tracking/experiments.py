@@ -242,8 +242,12 @@ def hot_params_vs_json(
     }
     out: dict[str, Any] = {"runs": runs, "params": params, "db_mb": path.stat().st_size / 2**20}
     for name, sql in queries.items():
+
+        def fetch(q: str = sql) -> list[Any]:
+            return con.execute(q, (lo, hi)).fetchall()
+
         out[name] = {
-            "ms": _median_ms(lambda q=sql: con.execute(q, (lo, hi)).fetchall(), repeats),
+            "ms": _median_ms(fetch, repeats),
             "rows": len(con.execute(sql, (lo, hi)).fetchall()),
             "plan": [r[-1] for r in con.execute("EXPLAIN QUERY PLAN " + sql, (lo, hi))],
         }

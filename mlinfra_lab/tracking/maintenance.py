@@ -111,11 +111,14 @@ def execute_plan(
         if row is None:
             notes.append(f"artifact {act.artifact_id} is gone since planning")
             continue
+        assert cold is not None, "a move_cold action comes from a policy with a cold_root"
         ids: list[int] = []
+
+        def record_pending(uri: str, ids: list[int] = ids) -> None:
+            ids.append(uploads.pending(engine, uri))
+
         with open_uri(row.uri) as f:  # the cold copy is a pending upload until its row points at it
-            put = cold.put(
-                f, before_publish=lambda uri, ids=ids: ids.append(uploads.pending(engine, uri))
-            )
+            put = cold.put(f, before_publish=record_pending)
         if put.sha256 != row.sha256:
             raise IntegrityError(act.artifact_id, row.sha256, put.sha256, f"at {row.uri}")
         with audit.audited_write(engine, "applying retention") as conn:

@@ -29,11 +29,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Select, Table, and_, bindparam, func, select, text
+from sqlalchemy import BindParameter, Connection, Select, Table, and_, bindparam, func, select, text
 from sqlalchemy.exc import DBAPIError
 
 from mlinfra_lab.tracking import bounds, query
@@ -66,7 +67,7 @@ MAX_LIMIT = 10_000
 @functools.cache
 def _child_statements() -> dict[str, Any]:
     """Queries loading params, latest metrics and tags of a page of runs (built once)."""
-    ids = bindparam("ids", expanding=True)
+    ids: BindParameter[int] = bindparam("ids", expanding=True)
     p, m, t = S.params, S.latest_metrics, S.tags
     return {
         "params": select(p.c.run_id, p.c.key, p.c.value_str).where(p.c.run_id.in_(ids)),
@@ -78,7 +79,7 @@ def _child_statements() -> dict[str, Any]:
 @contextlib.contextmanager
 def time_bound(conn: Connection, seconds: float, filter: str | None) -> Iterator[None]:
     """Stop the block's queries after `seconds`; raise `QueryError` for a timeout or a refused value."""
-    raw = None
+    raw: sqlite3.Connection | None = None
     if conn.dialect.name == "postgresql":
         conn.execute(
             text("SELECT set_config('statement_timeout', :ms, true)"),
@@ -87,6 +88,9 @@ def time_bound(conn: Connection, seconds: float, filter: str | None) -> Iterator
     else:
         deadline = time.monotonic() + seconds
         raw = conn.connection.driver_connection
+        assert isinstance(raw, sqlite3.Connection), (
+            f"time_bound supports PostgreSQL and SQLite, not {conn.dialect.name}"
+        )
         # checked every 1000 VM instructions: ~1% of the VM's time
         raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
     try:
@@ -152,7 +156,7 @@ def plan_choice(conn: Connection, pred: query.Pred, limit: int) -> str:
     runs = conn.execute(select(func.max(S.runs.c.id))).scalar() or 1  # upper bound, O(1)
     threshold = int(math.sqrt(PROBE_COST * limit * runs)) + 1
     capped = pred.matches().limit(threshold).subquery()
-    n = conn.execute(select(func.count()).select_from(capped)).scalar()
+    n = conn.execute(select(func.count()).select_from(capped)).scalar_one()
     return "in" if n < threshold else "exists"
 
 
@@ -194,6 +198,7 @@ def explain(conn: Connection, stmt: Select) -> list[str]:
     compiled = stmt.compile(conn.engine, compile_kwargs={"render_postcompile": True})
     params = compiled.params
     if conn.dialect.name == "sqlite":
+        assert compiled.positiontup is not None, "SQLite's paramstyle is positional (qmark)"
         rows = conn.exec_driver_sql(
             "EXPLAIN QUERY PLAN " + str(compiled), tuple(params[k] for k in compiled.positiontup)
         )
@@ -256,4 +261,4 @@ def schema_table(name: str) -> Table:
 
 def count_rows(conn: Connection, table: Table) -> int:
     """Row count of `table`, over every project."""
-    return conn.execute(select(func.count()).select_from(table)).scalar()
+    return conn.execute(select(func.count()).select_from(table)).scalar_one()

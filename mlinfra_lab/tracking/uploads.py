@@ -38,7 +38,7 @@ from mlinfra_lab.tracking import schema as S
 from mlinfra_lab.tracking.access import Level
 from mlinfra_lab.tracking.artifacts import BlobStore, canonical_blob_uri
 from mlinfra_lab.tracking.audit import audited_transact, denials_audited
-from mlinfra_lab.tracking.db import database_errors, write_tx
+from mlinfra_lab.tracking.db import database_errors, inserted_id, write_tx
 from mlinfra_lab.tracking.records import ArtifactInfo
 
 __all__ = [
@@ -106,20 +106,22 @@ def log_artifact(
 
         def write(conn: Connection) -> int:
             access.require_run(conn, run_id, user, Level.WRITE, "log artifacts")
-            aid = conn.execute(
-                S.artifacts.insert().values(
-                    run_id=run_id,
-                    name=name,
-                    kind=kind,
-                    step=step,
-                    uri=put.uri,
-                    sha256=put.sha256,
-                    size=put.size,
-                    tier="hot",
-                    pinned=pinned,
-                    created_at=time.time(),
+            aid = inserted_id(
+                conn.execute(
+                    S.artifacts.insert().values(
+                        run_id=run_id,
+                        name=name,
+                        kind=kind,
+                        step=step,
+                        uri=put.uri,
+                        sha256=put.sha256,
+                        size=put.size,
+                        tier="hot",
+                        pinned=pinned,
+                        created_at=time.time(),
+                    )
                 )
-            ).inserted_primary_key[0]
+            )
             conn.execute(
                 S.lineage_edges.insert().values(
                     src=f"run:{run_id}", dst=f"artifact:{aid}", relation="produced"

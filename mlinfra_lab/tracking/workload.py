@@ -232,13 +232,17 @@ def fill_mlflow(
         for name in ("runs", "params", "tags", "metrics", "latest_metrics")
     }
     with engine.connect() as conn:
-        template = dict(
+        row = (
             conn.execute(
                 sa.select(t["runs"]).where(t["runs"].c.experiment_id == experiment_id).limit(1)
             )
             .mappings()
             .first()
         )
+    assert row is not None, (
+        f"experiment {experiment_id} has no run to copy: log one with MLflow first"
+    )
+    template = dict(row)
     ts = int(now * 1000)
     for i in progress(range(0, len(fill), 5000), desc=desc):
         runs_rows, p_rows, t_rows, m_rows = [], [], [], []

@@ -31,13 +31,14 @@ import functools
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import Connection, Insert, Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from mlinfra_lab.tracking import bounds
 from mlinfra_lab.tracking import schema as S
+from mlinfra_lab.tracking.db import inserted_id
 from mlinfra_lab.tracking.errors import TrackingError
 
 __all__ = [
@@ -117,21 +118,27 @@ def write_params(
         conn.execute(update(S.runs).where(S.runs.c.id == run_id).values(**hot))
 
 
+class _TagRow(TypedDict):
+    """One row of the `tags` table as `write_tags` inserts it."""
+
+    run_id: int
+    key: str
+    value: str
+
+
 def write_tags(conn: Connection, run_id: int, tags: dict[str, Any]) -> None:
     """Upsert `tags` of run `run_id` (values stored as strings)."""
     if tags:
         key_chars = bounds.column_chars("tags", "key")
-        rows = sorted(
-            (
-                {
-                    "run_id": run_id,
-                    "key": bounds.text("a tag name", str(k), key_chars),
-                    "value": bounds.text(f"tag {k!r}", str(v), allow_empty=True),
-                }
-                for k, v in tags.items()
-            ),
-            key=lambda r: r["key"],  # one lock order for every writer
-        )
+        rows: list[_TagRow] = [
+            {
+                "run_id": run_id,
+                "key": bounds.text("a tag name", str(k), key_chars),
+                "value": bounds.text(f"tag {k!r}", str(v), allow_empty=True),
+            }
+            for k, v in tags.items()
+        ]
+        rows.sort(key=lambda r: r["key"])  # one lock order for every writer
         conn.execute(upsert(conn.dialect.name, S.tags, ("run_id", "key"), ("value",)), rows)
 
 
@@ -150,16 +157,18 @@ def register_dataset(
         select(d).where(d.c.project_id == project_id, d.c.name == name, d.c.version == version)
     ).first()
     if row is None:
-        return conn.execute(
-            d.insert().values(
-                project_id=project_id,
-                name=name,
-                version=version,
-                uri=uri,
-                sha256=sha256,
-                created_at=time.time(),
+        return inserted_id(
+            conn.execute(
+                d.insert().values(
+                    project_id=project_id,
+                    name=name,
+                    version=version,
+                    uri=uri,
+                    sha256=sha256,
+                    created_at=time.time(),
+                )
             )
-        ).inserted_primary_key[0]
+        )
     if row.uri != uri or (sha256 and row.sha256 != sha256):
         raise TrackingError(
             f"dataset {name}@{version} already exists with another URI or hash; "
@@ -186,17 +195,19 @@ def insert_run(
         bounds.text("a code commit", code_commit, bounds.column_chars("runs", "code_commit"))
     bounds.finite("a run's start time", created_at)
     hot = {col: number(params[k]) for k, col in S.HOT_PARAMS.items() if k in params}
-    run_id = conn.execute(
-        S.runs.insert().values(
-            project_id=project_id,
-            name=name,
-            status="RUNNING",
-            user=user,
-            code_commit=code_commit,
-            created_at=created_at,
-            **hot,
+    run_id = inserted_id(
+        conn.execute(
+            S.runs.insert().values(
+                project_id=project_id,
+                name=name,
+                status="RUNNING",
+                user=user,
+                code_commit=code_commit,
+                created_at=created_at,
+                **hot,
+            )
         )
-    ).inserted_primary_key[0]
+    )
     write_params(conn, run_id, params, hot_done=True)
     write_tags(conn, run_id, tags)
     run = f"run:{run_id}"

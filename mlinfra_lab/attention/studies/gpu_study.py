@@ -114,7 +114,10 @@ def _poisoned_grads(
 
     with poisoned_buffers():
         return _grads(
-            lambda *x, causal: flash_attention(*x, causal=causal, version=version), xs, do, causal
+            lambda q, k, v, causal: flash_attention(q, k, v, causal=causal, version=version),
+            xs,
+            do,
+            causal,
         )
 
 
