@@ -158,7 +158,7 @@ class TrackingAPI(Protocol):
 
     def explain_search(
         self,
-        project: str,
+        project: str | Sequence[str] | None,
         filter: str | None = None,
         order_by: str | None = None,
         user: str | None = None,

@@ -165,7 +165,7 @@ class TrackingStore(StoreAccess):
 
     def explain_search(
         self,
-        project: str,
+        project: str | Sequence[str] | None,
         filter: str | None = None,
         order_by: str | None = None,
         user: str | None = None,

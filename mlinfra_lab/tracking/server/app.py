@@ -59,7 +59,8 @@ from mlinfra_lab.tracking.store import TrackingStore
 __all__ = ["create_app"]
 
 
-def _error(_request: Request, err: TrackingError) -> Response:
+def _error(_request: Request, err: Exception) -> Response:
+    assert isinstance(err, TrackingError), "registered for TrackingError only (create_app)"
     status, body = wire.error_payload(err)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return Response(
@@ -67,8 +68,9 @@ def _error(_request: Request, err: TrackingError) -> Response:
     )
 
 
-def _invalid(request: Request, err: RequestValidationError) -> Response:
+def _invalid(request: Request, err: Exception) -> Response:
     """A body that does not fit its model: a named user is an `IdentityError`, the rest a `TrackingError`."""
+    assert isinstance(err, RequestValidationError), "registered for RequestValidationError only"
     for e in err.errors():
         if e.get("type") == "extra_forbidden" and e.get("loc", ())[-1:] == ("user",):
             return _error(request, IdentityError(str(e.get("input")), None))

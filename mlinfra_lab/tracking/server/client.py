@@ -241,7 +241,7 @@ class TrackingClient:
 
     def explain_search(
         self,
-        project: str,
+        project: str | Sequence[str] | None,
         filter: str | None = None,
         order_by: str | None = None,
         user: str | None = None,
