@@ -142,8 +142,9 @@ def _timed_allreduce_hook(state: _CommTimer, bucket):  # noqa: ANN001 (DDP check
     fut = dist.all_reduce(tensor, async_op=True).get_future()
 
     def finish(f: torch.futures.Future) -> torch.Tensor:
-        if capped and finish_at > time.perf_counter():
-            time.sleep(finish_at - time.perf_counter())
+        left = finish_at - time.perf_counter() if capped else 0.0
+        if left > 0:  # one clock read: a second one, on a busy machine, can be past finish_at
+            time.sleep(left)
         record[1] = state.clock.mark()
         return f.value()[0].div_(state.world_size)
 
