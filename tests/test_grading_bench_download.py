@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlinfra_lab import cli
+from mlinfra_lab import cli, results
 from mlinfra_lab.grading import bench_download
 from mlinfra_lab.grading.lms_names import notebook_key, parse_lms_path
 
@@ -101,3 +101,16 @@ def test_a_small_class_is_collected_from_canvas_graded_once_each(tmp_path: Path)
                 latest[parsed.user_id] = max(latest.get(parsed.user_id, (-1, "")), (parsed.upload, name))  # fmt: skip
     roster = {row["ID"]: row["SIS Login ID"] for row in csv.DictReader((run / "canvas-gradebook.csv").open())}  # fmt: skip
     assert taken == {roster[uid]: name for uid, (_, name) in latest.items()}  # the latest won
+
+
+def test_the_committed_canvas_run_graded_200_and_records_its_phases() -> None:
+    (path,) = results.committed("cpu-grading-2026-12-08.json")
+    record = json.loads(path.read_text())
+    r, d = record["results"], record["results"]["download"]
+    assert record["config"]["from_download"] == "canvas" and record["config"]["judge"] is True
+    assert record["config"]["jobs"] == 2 and record["config"]["sandbox"] == "bwrap"
+    assert r["submissions_graded"] == d["collected"] == r["feedback_reports"] == r["canvas_rows"] == 200  # fmt: skip
+    assert d["set_aside"] == d["resubmitted"] == 20 and all(d["naming"].values())
+    assert r["seconds_total"] == pytest.approx(sum(r["phases_seconds"].values()))
+    assert r["seconds_per_submission"] == pytest.approx(r["seconds_total"] / 200)
+    assert len(r["load_average_before"]) == len(r["load_average_after"]) == 3
