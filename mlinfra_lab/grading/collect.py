@@ -149,7 +149,7 @@ def _roster_ids(roster: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
             raise CollectError(
                 f"the roster gives LMS id {printable(lms_id, 40)} to both "
                 f"'{printable(ids[lms_id], 80)}' and '{printable(student, 80)}'; fix the "
-                "roster (each student's 'id' is their Canvas user id or Moodle user id)"
+                "roster (each student's 'id' is their Canvas user id or Moodle participant id)"
             )
         ids[lms_id] = student
     if not ids:
