@@ -40,10 +40,15 @@ _BUDGET_S = 60  # the most a notebook cell may take on a GPU (make test-gpu's --
 
 
 def newest_record(root: Path) -> Path | None:
-    """The GPU notebook record with the latest ``date`` under `root`/benchmarks/results."""
+    """The GPU notebook record with the latest ``date`` under `root`/benchmarks/results; of
+    records of one date, the one with the most notebooks (a merge, `record_merge`, carries
+    its newest input's date)."""
     records = (root / "benchmarks" / "results").glob("*-notebooks-*.json")
-    dated = [(json.loads(p.read_text())["date"], p) for p in records]
-    return max(dated)[1] if dated else None
+    dated = []
+    for path in records:
+        record = json.loads(path.read_text())
+        dated.append((record["date"], len(record["notebooks"]), path))
+    return max(dated)[2] if dated else None
 
 
 def _row(entry: dict[str, Any]) -> str:
