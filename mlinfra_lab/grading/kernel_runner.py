@@ -157,6 +157,7 @@ def run_notebook(
             record(CellOutcome(cells[later].get("id"), later, "failed", rest))
         return True
 
+    # -- a fresh sandbox, its kernel (and the judge's), the kernel's machinery snapshotted ----
     env = _judge_env(config, cells)
     sandbox.prepare(workdir, slot)
     kernel = Kernel(workdir, config, sandbox, slot, env)
@@ -189,6 +190,7 @@ def run_notebook(
             return results
         if judge is not None:
             judge.start(config.startup_timeout)
+        # -- the cells, one at a time, within the notebook's time budget ---------------------
         started = time.monotonic()
         for num, cell in enumerate(cells):
             cell_id = cell.get("id")
@@ -203,6 +205,8 @@ def run_notebook(
                         )
                     )
                 break
+            # a trusted cell (grader, read-only) gets the kernel's machinery back first; a
+            # grader with a judge text is judged too
             trusted = is_grader(cell) or is_readonly(cell)
             judged = judge is not None and is_grader(cell) and cell_id in judge_texts
             judging = judge if judged else None  # the judge, where it judges this cell
@@ -234,6 +238,7 @@ def run_notebook(
                         )
                     )
                     continue
+            # the cell itself, then what the sandbox's caps and the reply say of it
             got, state = execute(
                 kernel, cell.source, config.cell_timeout, store_history=not trusted
             )
@@ -262,6 +267,7 @@ def run_notebook(
                     record(CellOutcome(cell_id, num, "failed", why))
                 break
             outcome = _outcome(cell_id, num, got, state, config.cell_timeout)
+            # a judged grader: the judge's second opinion, on the values the kernel recorded
             if judging is not None:
                 execute(
                     kernel,

@@ -234,6 +234,7 @@ def simulate(
 def _run(
     problem: Problem, speeds: WorkerSpeeds, policy: Policy, config: SimConfig, progress: bool
 ) -> SimResult:
+    # -- the policy's machinery and the run's random sources (seeded from config.seed) --------
     n, updates, lr, momentum = speeds.n, config.updates, config.lr, config.momentum
     seed, eval_every, max_events = config.seed, config.eval_every, config.max_events
     until = math.inf if config.until is None else config.until
@@ -246,6 +247,7 @@ def _run(
     batch_rngs = [np.random.default_rng(s) for s in np.random.SeedSequence([seed, 0xBA7C]).spawn(n)]
     n_examples, batch = problem.num_examples, problem.batch_size
 
+    # -- the server's state, each worker's state, and what the result records ----------------
     theta = problem.initial_params()
     velocity = torch.zeros_like(theta) if momentum else None
     version = 0
@@ -269,6 +271,7 @@ def _run(
     limit = config.diverge_factor * max(abs(loss0), 1e-12)
     diverged = not math.isfinite(loss0)
 
+    # -- the four steps of the event loop: a worker pulls, computes, and the server applies ---
     def pull(w: int, now: float) -> None:
         nonlocal seq
         if has_presence and (delay := durations.start_delay(w, now)) > 0:
@@ -335,6 +338,7 @@ def _run(
             if not math.isfinite(loss) or loss > limit:
                 diverged = True
 
+    # -- the event loop: the next gradient to arrive, until the updates or the time run out ---
     for w in range(n):
         pull(w, 0.0)
     bar = None
@@ -388,6 +392,7 @@ def _run(
                 apply(group, [policy.scale(version - pulled_v[u]) for u in group], now)
         if bar is not None and version - bar.n >= 200:
             bar.update(version - bar.n)
+    # -- the last evaluation and the result ---------------------------------------------------
     if loss_at[-1] != version and not diverged:  # stopped by the budget between two evals
         loss_at.append(version)
         losses.append(problem.full_loss(theta))
