@@ -22,7 +22,7 @@ pytestmark = pytest.mark.ci
 ROOT = Path(__file__).resolve().parents[1]
 LANES = ROOT / ".ci" / "lanes.sh"
 SPEC = ["unit-quick book", "unit-waiting notebooks", "validate"]
-STAGES = {"unit-quick", "unit-waiting", "validate", "book", "browser"}
+STAGES = {"lint", "check-lock", "unit-quick", "unit-waiting", "validate", "book", "browser"}
 FAKE_MAKE = """#!/bin/sh
 targets=""
 for arg in "$@"; do case "$arg" in -*) ;; *) targets="$targets $arg" ;; esac; done
@@ -88,7 +88,7 @@ def test_the_makefile_runs_every_stage_in_exactly_one_lane():
     spec = next(line.split(":=", 1)[1] for line in lines if line.startswith("TEST_LANES"))
     lanes = [lane.split() for lane in shlex.split(spec)]
     stages = [stage for lane in lanes for stage in lane]
-    assert quick == ["lint", "check-lock"]
+    assert quick == [], "every stage runs in a lane"
     assert sorted(stages) == sorted(STAGES), "each stage once, none missing"
     book_lane = next(lane for lane in lanes if "book" in lane)
     assert "browser" in book_lane and book_lane.index("browser") > book_lane.index("book")
